@@ -1,0 +1,1 @@
+//! Client side of the memcached protocols: request composition and reply parsing.
