@@ -1,1 +1,69 @@
-fn main() {}
+//! ferrocache: a memcached-compatible cache server.
+//!
+//! A tour of the layout:
+//! - [`config`]: memcached's command-line flags and their defaults.
+//! - [`runtime`]: worker threads, each with its own epoll loop, listeners and
+//!   connections; the signal and maintenance threads.
+//! - [`conn`]: a sans-I/O connection: bytes in, replies out.
+//! - [`exec`]: one parsed request against the store, composing the reply.
+//! - [`stats`], [`stats_report`]: per-worker counters and the `stats` replies.
+//! - [`clock`]: the once-a-second server clock and expiry conversion.
+//! - [`sys`]: the few raw system calls (the only `unsafe` here).
+//!
+//! Parsing lives in the `protocol` crate and item memory in `storage`.
+
+mod clock;
+mod config;
+mod conn;
+mod exec;
+mod runtime;
+mod stats;
+mod stats_report;
+mod sys;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use crate::clock::Clock;
+use crate::config::Settings;
+use crate::exec::Shared;
+use crate::stats::{StatsRegistry, WorkerStats};
+
+fn main() {
+    if let Err(e) = real_main() {
+        eprintln!("ferrocache: {e:#}");
+        std::process::exit(71);
+    }
+}
+
+fn real_main() -> Result<()> {
+    let settings = Settings::from_args(std::env::args_os())?;
+    let store = storage::Store::builder()
+        .memory_limit(settings.memory_limit_bytes)
+        .item_size_max(settings.item_size_max_bytes)
+        .evictions(settings.evictions)
+        .build()
+        .context("creating the store")?;
+    if let Some(path) = &settings.pidfile {
+        std::fs::write(path, format!("{}\n", std::process::id()))
+            .with_context(|| format!("writing pid file {path}"))?;
+    }
+    let worker_stats: Vec<Arc<WorkerStats>> =
+        (0..settings.threads).map(|_| Arc::new(WorkerStats::default())).collect();
+    let shared = Arc::new(Shared {
+        verbosity: AtomicU32::new(settings.verbose),
+        store,
+        clock: Clock::new(),
+        stats: StatsRegistry::new(worker_stats.clone()),
+        curr_connections: AtomicUsize::new(0),
+        shutting_down: AtomicBool::new(false),
+        settings,
+    });
+    runtime::run(shared.clone(), worker_stats)?;
+    if let Some(path) = &shared.settings.pidfile {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}

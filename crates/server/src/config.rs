@@ -1,0 +1,360 @@
+//! Command-line settings, with memcached's flags, meanings and defaults.
+//!
+//! An operator's existing memcached command line must start ferrocache. Flags
+//! that configure memcached internals we do not have (slab sizing, hash power,
+//! LRU tuning) are accepted, echoed in `stats settings`, and have no effect;
+//! `docs/operations.md` lists them. An unknown flag is an error.
+
+use anyhow::{bail, Context, Result};
+use clap::{ArgAction, Parser};
+
+/// The version string `version` and `stats` report: memcached's protocol
+/// level first, so that clients which parse it for features keep working.
+pub const VERSION: &str = concat!("1.6.18-ferrocache-", env!("CARGO_PKG_VERSION"));
+
+/// memcached's highest verbosity level.
+pub const MAX_VERBOSITY_LEVEL: u32 = 2;
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "ferrocache",
+    version = VERSION,
+    about = "A memcached-compatible cache server",
+    disable_version_flag = true
+)]
+struct Args {
+    /// TCP port to listen on (0 to disable TCP)
+    #[arg(short = 'p', long = "port", default_value_t = 11211)]
+    port: u16,
+    /// UDP port to listen on (0 = off, the default since memcached 1.5.6)
+    #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
+    udp_port: u16,
+    /// UNIX socket path (disables network listeners)
+    #[arg(short = 's', long = "unix-socket")]
+    unix_socket: Option<String>,
+    /// Access mask for the UNIX socket, in octal
+    #[arg(short = 'a', long = "unix-mask", default_value = "700")]
+    unix_mask: String,
+    /// Interfaces to listen on, comma separated (default 127.0.0.1)
+    #[arg(short = 'l', long = "listen", default_value = "127.0.0.1")]
+    listen: String,
+    /// Run as a daemon (accepted; ferrocache stays in the foreground)
+    #[arg(short = 'd', long = "daemon")]
+    daemon: bool,
+    /// Maximize core file limit (accepted, no effect)
+    #[arg(short = 'r', long = "enable-coredumps")]
+    coredumps: bool,
+    /// Assume the identity of USER (only when run as root)
+    #[arg(short = 'u', long = "user")]
+    user: Option<String>,
+    /// Item memory in megabytes (k/m/g suffixes accepted)
+    #[arg(short = 'm', long = "memory-limit", default_value = "64")]
+    memory_limit: String,
+    /// Return an error on memory exhaustion instead of evicting items
+    #[arg(short = 'M', long = "disable-evictions")]
+    disable_evictions: bool,
+    /// Max simultaneous connections
+    #[arg(short = 'c', long = "conn-limit", default_value_t = 1024)]
+    conn_limit: usize,
+    /// Lock down all paged memory (accepted, no effect)
+    #[arg(short = 'k', long = "lock-memory")]
+    lock_memory: bool,
+    /// Verbose (repeat for more)
+    #[arg(short = 'v', long = "verbose", action = ArgAction::Count)]
+    verbose: u8,
+    /// Print version and exit
+    #[arg(short = 'V', long = "version")]
+    print_version: bool,
+    /// Save PID in FILE
+    #[arg(short = 'P', long = "pidfile")]
+    pidfile: Option<String>,
+    /// Chunk size growth factor (accepted, no effect)
+    #[arg(short = 'f', long = "slab-growth-factor", default_value = "1.25")]
+    growth_factor: String,
+    /// Minimum space allocated for key+value+flags (accepted, no effect)
+    #[arg(short = 'n', long = "slab-min-size", default_value_t = 48)]
+    chunk_size: u32,
+    /// Try to use large memory pages (accepted, no effect)
+    #[arg(short = 'L', long = "enable-largepages")]
+    large_pages: bool,
+    /// Stats prefix delimiter (accepted, no effect)
+    #[arg(short = 'D', default_value = ":")]
+    delimiter: String,
+    /// Number of worker threads
+    #[arg(short = 't', long = "threads", default_value_t = 4)]
+    threads: usize,
+    /// Max requests per event, per connection (kept for compatibility; see docs/protocol.md)
+    #[arg(short = 'R', long = "max-reqs-per-event", default_value_t = 20)]
+    reqs_per_event: u32,
+    /// Disable CAS (accepted; cas uniques are still kept)
+    #[arg(short = 'C', long = "disable-cas")]
+    disable_cas: bool,
+    /// TCP listen backlog
+    #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
+    backlog: i32,
+    /// Protocol: auto, ascii or binary (only ascii is served today)
+    #[arg(short = 'B', long = "protocol", default_value = "auto")]
+    protocol: String,
+    /// Max item size (k/m suffixes accepted), at least 1k
+    #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
+    item_size_max: String,
+    /// Turn on SASL authentication (not supported yet)
+    #[arg(short = 'S', long = "enable-sasl")]
+    sasl: bool,
+    /// Disable flush_all
+    #[arg(short = 'F', long = "disable-flush-all")]
+    disable_flush_all: bool,
+    /// Disable stats cachedump and lru_crawler metadump
+    #[arg(short = 'X', long = "disable-dumping")]
+    disable_dumping: bool,
+    /// Disable watch commands
+    #[arg(short = 'W', long = "disable-watch")]
+    disable_watch: bool,
+    /// Enable the shutdown command
+    #[arg(short = 'A', long = "enable-shutdown")]
+    enable_shutdown: bool,
+    /// Extended options, comma separated (idle_timeout=N, maxconns_fast, ...)
+    #[arg(short = 'o', long = "extended")]
+    extended: Vec<String>,
+}
+
+/// memcached `-o` options that tune its own internals. They are accepted and
+/// listed in `stats settings`, and change nothing here.
+const INERT_OPTIONS: &[&str] = &[
+    "maxconns_fast",
+    "no_maxconns_fast",
+    "hashpower",
+    "tail_repair_time",
+    "no_lru_crawler",
+    "lru_crawler",
+    "lru_crawler_sleep",
+    "lru_crawler_tocrawl",
+    "no_lru_maintainer",
+    "lru_maintainer",
+    "hot_lru_pct",
+    "warm_lru_pct",
+    "hot_max_factor",
+    "warm_max_factor",
+    "temporary_ttl",
+    "idle_timeout",
+    "watcher_logbuf_size",
+    "worker_logbuf_size",
+    "read_buf_mem_limit",
+    "resp_obj_mem_limit",
+    "slab_reassign",
+    "no_slab_reassign",
+    "slab_automove",
+    "slab_automove_ratio",
+    "slab_automove_window",
+    "slab_chunk_max",
+    "lru_segmented",
+    "no_lru_segmented",
+    "track_sizes",
+    "no_hashexpand",
+    "hash_algorithm",
+    "modern",
+    "no_modern",
+    "inline_ascii_resp",
+    "no_inline_ascii_resp",
+    "drop_privileges",
+    "no_drop_privileges",
+    "ssl_session_cache",
+    "large_memory_pages",
+    "ext_path",
+];
+
+/// The resolved settings every thread reads.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub port: u16,
+    pub udp_port: u16,
+    pub listen: Vec<String>,
+    pub unix_socket: Option<String>,
+    pub unix_mask: u32,
+    pub user: Option<String>,
+    pub memory_limit_bytes: usize,
+    pub evictions: bool,
+    pub max_connections: usize,
+    pub verbose: u32,
+    pub pidfile: Option<String>,
+    pub threads: usize,
+    pub reqs_per_event: u32,
+    pub cas_enabled: bool,
+    pub backlog: i32,
+    pub item_size_max_bytes: usize,
+    pub flush_enabled: bool,
+    pub shutdown_enabled: bool,
+    pub dump_enabled: bool,
+    pub watch_enabled: bool,
+    pub chunk_size: u32,
+    pub growth_factor: String,
+    pub delimiter: String,
+    /// Seconds without traffic after which a connection is closed (0 = never).
+    pub idle_timeout_secs: u32,
+    /// Every `-o` option as given, for `stats settings`.
+    pub extended: Vec<(String, String)>,
+}
+
+impl Settings {
+    /// Parse a command line (the first item is the program name).
+    pub fn from_args<I, T>(args: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let a = Args::try_parse_from(args).map_err(|e| {
+            // --help and --version print and exit like memcached -h.
+            if e.kind() == clap::error::ErrorKind::DisplayHelp {
+                let _ = e.print();
+                std::process::exit(0);
+            }
+            anyhow::anyhow!("{e}")
+        })?;
+        if a.print_version {
+            println!("ferrocache {VERSION}");
+            std::process::exit(0);
+        }
+        let memory_limit_bytes = parse_size(&a.memory_limit, 1024 * 1024)
+            .with_context(|| format!("bad -m value {:?}", a.memory_limit))?;
+        let item_size_max_bytes = parse_size(&a.item_size_max, 1)
+            .with_context(|| format!("bad -I value {:?}", a.item_size_max))?;
+        if item_size_max_bytes < 1024 {
+            bail!("Item max size cannot be less than 1024 bytes.");
+        }
+        if item_size_max_bytes > 1024 * 1024 * 1024 {
+            bail!("Cannot set item size limit higher than 1 gigabyte.");
+        }
+        if item_size_max_bytes > memory_limit_bytes / 2 {
+            bail!("Cannot set item size limit higher than 1/2 of memory max.");
+        }
+        if a.threads == 0 {
+            bail!("Number of threads must be greater than 0");
+        }
+        if a.conn_limit == 0 {
+            bail!("Maximum connections must be greater than 0");
+        }
+        if a.sasl {
+            bail!("SASL (-S) is not supported yet");
+        }
+        if !matches!(a.protocol.as_str(), "auto" | "ascii" | "binary") {
+            bail!("Invalid value for binding protocol: {} -- should be one of auto, binary, or ascii", a.protocol);
+        }
+        let unix_mask = u32::from_str_radix(&a.unix_mask, 8)
+            .with_context(|| format!("bad -a value {:?}", a.unix_mask))?;
+
+        let mut extended = Vec::new();
+        let mut idle_timeout_secs = 0;
+        for group in &a.extended {
+            for opt in group.split(',').filter(|s| !s.is_empty()) {
+                let (key, value) = opt.split_once('=').unwrap_or((opt, ""));
+                if !INERT_OPTIONS.contains(&key) {
+                    bail!("Illegal suboption \"{opt}\"");
+                }
+                if key == "idle_timeout" {
+                    idle_timeout_secs = value
+                        .parse()
+                        .with_context(|| format!("bad idle_timeout value {value:?}"))?;
+                }
+                extended.push((key.to_string(), value.to_string()));
+            }
+        }
+        Ok(Settings {
+            port: a.port,
+            udp_port: a.udp_port,
+            listen: a
+                .listen
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+            unix_socket: a.unix_socket,
+            unix_mask,
+            user: a.user,
+            memory_limit_bytes,
+            evictions: !a.disable_evictions,
+            max_connections: a.conn_limit,
+            verbose: u32::from(a.verbose).min(MAX_VERBOSITY_LEVEL),
+            pidfile: a.pidfile,
+            threads: a.threads,
+            reqs_per_event: a.reqs_per_event.max(1),
+            cas_enabled: !a.disable_cas,
+            backlog: a.backlog,
+            item_size_max_bytes,
+            flush_enabled: !a.disable_flush_all,
+            shutdown_enabled: a.enable_shutdown,
+            dump_enabled: !a.disable_dumping,
+            watch_enabled: !a.disable_watch,
+            chunk_size: a.chunk_size,
+            growth_factor: a.growth_factor,
+            delimiter: a.delimiter,
+            idle_timeout_secs,
+            extended,
+        })
+        .map(|s| {
+            let _ = (a.daemon, a.coredumps, a.lock_memory, a.large_pages);
+            s
+        })
+    }
+}
+
+/// Parse `64`, `64m`, `1k`, `2g`; a bare number is in units of `unit` bytes.
+fn parse_size(s: &str, unit: usize) -> Result<usize> {
+    let s = s.trim();
+    let (digits, mult) = match s.chars().last() {
+        Some('k' | 'K') => (&s[..s.len() - 1], 1024),
+        Some('m' | 'M') => (&s[..s.len() - 1], 1024 * 1024),
+        Some('g' | 'G') => (&s[..s.len() - 1], 1024 * 1024 * 1024),
+        _ => (s, unit),
+    };
+    let n: usize = digits.parse().context("not a number")?;
+    n.checked_mul(mult).context("size overflows")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Settings> {
+        Settings::from_args(std::iter::once("ferrocache").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_match_memcached() {
+        let s = parse(&[]).unwrap();
+        assert_eq!(s.port, 11211);
+        assert_eq!(s.udp_port, 0);
+        assert_eq!(s.memory_limit_bytes, 64 << 20);
+        assert_eq!(s.max_connections, 1024);
+        assert_eq!(s.threads, 4);
+        assert_eq!(s.item_size_max_bytes, 1 << 20);
+        assert_eq!(s.listen, vec!["127.0.0.1".to_string()]);
+        assert!(s.evictions && s.flush_enabled && !s.shutdown_enabled);
+    }
+
+    #[test]
+    fn parses_memcached_command_lines() {
+        let s = parse(&[
+            "-p", "1234", "-m", "1024", "-c", "4096", "-t", "1", "-U", "0", "-vv", "-I", "2m",
+            "-M", "-A", "-o", "idle_timeout=30,hashpower=20", "-l", "127.0.0.1,::1",
+        ])
+        .unwrap();
+        assert_eq!(s.port, 1234);
+        assert_eq!(s.memory_limit_bytes, 1024 << 20);
+        assert_eq!(s.item_size_max_bytes, 2 << 20);
+        assert_eq!(s.verbose, 2);
+        assert_eq!(s.idle_timeout_secs, 30);
+        assert!(!s.evictions && s.shutdown_enabled);
+        assert_eq!(s.listen.len(), 2);
+        assert_eq!(s.extended.len(), 2);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        assert!(parse(&["-o", "no_such_option"]).is_err());
+        assert!(parse(&["--no-such-flag"]).is_err());
+        assert!(parse(&["-I", "512"]).is_err());
+        assert!(parse(&["-m", "1", "-I", "1m"]).is_err());
+        assert!(parse(&["-t", "0"]).is_err());
+    }
+}

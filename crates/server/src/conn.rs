@@ -1,0 +1,268 @@
+//! A sans-I/O connection: bytes in, reply bytes out.
+//!
+//! The runtime reads whatever the socket has into [`Conn::read_space`], calls
+//! [`Conn::process`] once, and writes [`Conn::output`] with one system call.
+//! Everything between, framing, parsing, executing every complete pipelined
+//! request and composing all replies into one buffer, happens here, with no
+//! socket and no allocation once the buffers have grown to the working size.
+//!
+//! ```text
+//!  rbuf: [ consumed | unparsed request bytes | free space to read into ]
+//!         0        rpos                     rlen                      cap
+//!  wbuf: [ written  | replies not yet written ]
+//!         0        wpos                      len
+//! ```
+
+use protocol::text::{frame_line, parse_request, LineFrame, Request};
+
+use crate::exec::{memcached_item_fits, Exec, Flow};
+
+/// Smallest free space offered to a read.
+const READ_CHUNK_BYTES: usize = 16 * 1024;
+/// Stop executing requests while this much output is waiting for the socket,
+/// so a client that pipelines without reading cannot grow our memory.
+const OUTPUT_HIGH_WATER_BYTES: usize = 1024 * 1024;
+/// Buffers that grew past this (a big value) are shrunk back when idle.
+const IDLE_BUFFER_KEEP_BYTES: usize = 64 * 1024;
+
+/// Connection states, as memcached's `conn_states` that matter here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Parsing request lines (memcached's `conn_parse_cmd`). A storage
+    /// command stays here until its whole data block has arrived.
+    ReadLine,
+    /// Discarding the data block of a value refused before it was read,
+    /// so that the stream stays in sync (memcached's `conn_swallow`).
+    Swallow { remaining: usize },
+    /// Write what is buffered, then close (`quit`).
+    CloseAfterWrite,
+    /// Close now; nothing more is written.
+    Closed,
+}
+
+/// What the runtime should do with the connection after [`Conn::process`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Keep reading (and write any output).
+    Open,
+    /// Write the output, then close.
+    CloseAfterWrite,
+    /// Close without writing more.
+    Close,
+}
+
+/// One client connection's protocol state and buffers.
+pub struct Conn {
+    rbuf: Vec<u8>,
+    rpos: usize,
+    rlen: usize,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    state: State,
+    /// Output offset at which memcached would last have flushed.
+    flush_mark: usize,
+    /// Requests executed in this wake-up, for memcached's `-R` flush points.
+    reqs_this_event: u32,
+}
+
+impl Default for Conn {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Conn {
+    #[must_use]
+    pub fn new() -> Self {
+        Conn {
+            rbuf: vec![0; READ_CHUNK_BYTES],
+            rpos: 0,
+            rlen: 0,
+            wbuf: Vec::with_capacity(READ_CHUNK_BYTES),
+            wpos: 0,
+            state: State::ReadLine,
+            flush_mark: 0,
+            reqs_this_event: 0,
+        }
+    }
+
+    /// Free space to read socket bytes into; call [`Conn::filled`] after.
+    pub fn read_space(&mut self) -> &mut [u8] {
+        if self.rpos == self.rlen {
+            self.rpos = 0;
+            self.rlen = 0;
+        }
+        if self.rbuf.len() - self.rlen < READ_CHUNK_BYTES {
+            if self.rpos > 0 {
+                self.rbuf.copy_within(self.rpos..self.rlen, 0);
+                self.rlen -= self.rpos;
+                self.rpos = 0;
+            }
+            if self.rbuf.len() - self.rlen < READ_CHUNK_BYTES {
+                let grow = (self.rbuf.len()).max(READ_CHUNK_BYTES);
+                self.rbuf.resize(self.rbuf.len() + grow, 0);
+            }
+        }
+        &mut self.rbuf[self.rlen..]
+    }
+
+    /// Record that `n` bytes were read into [`Conn::read_space`].
+    pub fn filled(&mut self, n: usize) {
+        self.rlen += n;
+        debug_assert!(self.rlen <= self.rbuf.len());
+    }
+
+    /// Whether unparsed input is waiting (for example after backpressure).
+    #[must_use]
+    pub fn has_input(&self) -> bool {
+        self.rpos < self.rlen
+    }
+
+    /// Unparsed input bytes held.
+    #[must_use]
+    pub fn buffered(&self) -> usize {
+        self.rlen - self.rpos
+    }
+
+    /// Whether processing stopped because too much output is queued.
+    #[must_use]
+    pub fn output_blocked(&self) -> bool {
+        self.wbuf.len() - self.wpos >= OUTPUT_HIGH_WATER_BYTES
+    }
+
+    /// Replies waiting to be written.
+    #[must_use]
+    pub fn output(&self) -> &[u8] {
+        &self.wbuf[self.wpos..]
+    }
+
+    /// Record that `n` bytes of [`Conn::output`] were written.
+    pub fn written(&mut self, n: usize) {
+        self.wpos += n;
+        if self.wpos == self.wbuf.len() {
+            self.wbuf.clear();
+            self.wpos = 0;
+            self.flush_mark = 0;
+        }
+    }
+
+    /// Give back memory after a burst (called when the connection is idle).
+    pub fn shrink_idle(&mut self) {
+        if !self.has_input() && self.rbuf.len() > IDLE_BUFFER_KEEP_BYTES {
+            self.rbuf = vec![0; READ_CHUNK_BYTES];
+            self.rpos = 0;
+            self.rlen = 0;
+        }
+        if self.wbuf.is_empty() && self.wbuf.capacity() > IDLE_BUFFER_KEEP_BYTES {
+            self.wbuf = Vec::with_capacity(READ_CHUNK_BYTES);
+        }
+    }
+
+    /// Execute every complete request in the input; returns what to do next.
+    pub fn process(&mut self, exec: &Exec<'_>) -> Status {
+        self.reqs_this_event = 0;
+        let reqs_per_event = exec.shared.settings.reqs_per_event;
+        loop {
+            match self.state {
+                State::Closed => return Status::Close,
+                State::CloseAfterWrite => return Status::CloseAfterWrite,
+                State::Swallow { remaining } => {
+                    let n = remaining.min(self.rlen - self.rpos);
+                    self.rpos += n;
+                    if n < remaining {
+                        self.state = State::Swallow {
+                            remaining: remaining - n,
+                        };
+                        return Status::Open;
+                    }
+                    self.state = State::ReadLine;
+                }
+                State::ReadLine => {
+                    if self.output_blocked() {
+                        return Status::Open;
+                    }
+                    if !self.step(exec) {
+                        // Out of complete requests: memcached flushes here.
+                        self.flush_mark = self.wbuf.len();
+                        return match self.state {
+                            State::Closed => Status::Close,
+                            State::CloseAfterWrite => Status::CloseAfterWrite,
+                            _ => Status::Open,
+                        };
+                    }
+                    self.reqs_this_event += 1;
+                    if self.reqs_this_event > reqs_per_event {
+                        // memcached yields (and flushes) after -R requests.
+                        self.reqs_this_event = 0;
+                        self.flush_mark = self.wbuf.len();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Execute one request if a complete one is buffered. Returns false when
+    /// more input is needed (or the connection must close).
+    fn step(&mut self, exec: &Exec<'_>) -> bool {
+        let input = &self.rbuf[self.rpos..self.rlen];
+        let (end, next) = match frame_line(input) {
+            LineFrame::Line { end, next } => (end, next),
+            LineFrame::Incomplete => return false,
+            LineFrame::Close => {
+                self.state = State::Closed;
+                return false;
+            }
+        };
+        let line = &input[..end];
+        let request = parse_request(line);
+        if let Request::Store {
+            command,
+            key,
+            flags,
+            exptime,
+            len,
+            cas,
+            noreply,
+        } = request
+        {
+            let item_size_max = exec.shared.settings.item_size_max_bytes;
+            if !memcached_item_fits(item_size_max, key.len(), flags, len) {
+                exec.reject_too_large(command, key, noreply, &mut self.wbuf);
+                self.rpos += next;
+                self.state = State::Swallow { remaining: len + 2 };
+                return true;
+            }
+            let total = next + len + 2;
+            if input.len() < total {
+                // Wait for the data block; make room for all of it at once.
+                let need = self.rpos + total;
+                if self.rbuf.len() < need {
+                    self.rbuf.copy_within(self.rpos..self.rlen, 0);
+                    self.rlen -= self.rpos;
+                    self.rpos = 0;
+                    if self.rbuf.len() < total {
+                        self.rbuf.resize(total, 0);
+                    }
+                }
+                return false;
+            }
+            let data = &input[next..total];
+            exec.execute_store(command, key, flags, exptime, cas, noreply, data, &mut self.wbuf);
+            self.rpos += total;
+            return true;
+        }
+        let flow = exec.execute(request, &mut self.wbuf, &mut self.flush_mark);
+        self.rpos += next;
+        match flow {
+            Flow::Continue => true,
+            Flow::CloseAfterWrite => {
+                self.state = State::CloseAfterWrite;
+                false
+            }
+            Flow::Close => {
+                self.state = State::Closed;
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! Request execution: one parsed request + the store + the clock -> reply bytes.
+//!
+//! Handlers append their reply to the connection's output buffer and never
+//! see the connection itself (memcached's handlers take the whole `conn`; we
+//! keep the dependency narrow). Counters follow memcached's meanings.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+
+use protocol::text::{DetailOp, GetCommand, Keys, Request, StatsGroup, StoreCommand, MAX_KEY_LEN};
+use storage::{ArithOutcome, ItemRef, Lookup, Store, StoreMode, StoreOutcome};
+
+use crate::clock::Clock;
+use crate::config::{Settings, MAX_VERBOSITY_LEVEL};
+use crate::stats::{bump, StatsRegistry, WorkerStats};
+use crate::stats_report;
+
+/// State every worker shares.
+pub struct Shared {
+    pub settings: Settings,
+    pub store: Store,
+    pub clock: Clock,
+    pub stats: StatsRegistry,
+    /// Open client connections, all workers together.
+    pub curr_connections: AtomicUsize,
+    pub verbosity: AtomicU32,
+    /// Set once shutdown has begun; workers stop accepting and drain.
+    pub shutting_down: AtomicBool,
+}
+
+/// What the connection must do after a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// Write what is buffered, then close (`quit`).
+    CloseAfterWrite,
+    /// Close without another reply.
+    Close,
+}
+
+/// memcached's item-size rule, from `item_size_ok()`: the item header (48
+/// bytes), the key and its NUL, the flags suffix when non-zero, the value and
+/// its `\r\n`, and the 8-byte cas must fit `-I`. Applied here, independent of
+/// how our own engine lays items out, so that the same values are refused.
+#[must_use]
+pub fn memcached_item_fits(item_size_max: usize, key_len: usize, flags: u32, len: usize) -> bool {
+    const ITEM_HEADER_BYTES: usize = 48;
+    const CAS_BYTES: usize = 8;
+    let suffix = if flags == 0 { 0 } else { 4 };
+    ITEM_HEADER_BYTES + key_len + 1 + suffix + len + 2 + CAS_BYTES <= item_size_max
+}
+
+/// The per-worker view used to execute requests.
+pub struct Exec<'a> {
+    pub shared: &'a Shared,
+    pub stats: &'a WorkerStats,
+}
+
+const CRLF: &[u8] = b"\r\n";
+
+fn push_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+fn reply(out: &mut Vec<u8>, noreply: bool, line: &[u8]) {
+    if !noreply {
+        out.extend_from_slice(line);
+    }
+}
+
+impl Exec<'_> {
+    fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// Execute a request that carries no data block.
+    ///
+    /// `flush_mark` is where memcached would last have flushed this
+    /// connection's output; a `get` with a key over 250 bytes discards
+    /// everything after it, as memcached does (see docs/protocol.md).
+    pub fn execute(&self, req: Request<'_>, out: &mut Vec<u8>, flush_mark: &mut usize) -> Flow {
+        let now = self.shared.clock.now();
+        match req {
+            Request::Get {
+                command,
+                exptime,
+                keys,
+            } => {
+                self.get(command, exptime, keys, out, flush_mark);
+            }
+            Request::Store { .. } => {
+                unreachable!("storage commands go through execute_store")
+            }
+            Request::Delete { key, noreply } => {
+                if self.store().delete(key, now) {
+                    bump(&self.stats.delete_hits, 1);
+                    reply(out, noreply, b"DELETED\r\n");
+                } else {
+                    bump(&self.stats.delete_misses, 1);
+                    reply(out, noreply, b"NOT_FOUND\r\n");
+                }
+            }
+            Request::Arith {
+                incr,
+                key,
+                delta,
+                noreply,
+            } => match self.store().incr_decr(key, delta, incr, now) {
+                ArithOutcome::Value(v) => {
+                    bump(if incr { &self.stats.incr_hits } else { &self.stats.decr_hits }, 1);
+                    if !noreply {
+                        push_u64(out, v);
+                        out.extend_from_slice(CRLF);
+                    }
+                }
+                ArithOutcome::NotFound => {
+                    bump(if incr { &self.stats.incr_misses } else { &self.stats.decr_misses }, 1);
+                    reply(out, noreply, b"NOT_FOUND\r\n");
+                }
+                ArithOutcome::NonNumeric => reply(
+                    out,
+                    noreply,
+                    b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+                ),
+                ArithOutcome::NoMemory => reply(out, noreply, b"SERVER_ERROR out of memory\r\n"),
+            },
+            Request::Touch {
+                key,
+                exptime,
+                noreply,
+            } => {
+                bump(&self.stats.cmd_touch, 1);
+                let exptime = self.shared.clock.realtime(exptime);
+                if self.store().touch(key, exptime, now) {
+                    bump(&self.stats.touch_hits, 1);
+                    reply(out, noreply, b"TOUCHED\r\n");
+                } else {
+                    bump(&self.stats.touch_misses, 1);
+                    reply(out, noreply, b"NOT_FOUND\r\n");
+                }
+            }
+            Request::FlushAll { delay, noreply } => {
+                bump(&self.stats.cmd_flush, 1);
+                if !self.shared.settings.flush_enabled {
+                    reply(out, noreply, b"CLIENT_ERROR flush_all not allowed\r\n");
+                    return Flow::Continue;
+                }
+                let new_oldest = if delay > 0 {
+                    self.shared.clock.realtime(delay)
+                } else {
+                    now
+                };
+                self.store().flush_all(new_oldest.wrapping_sub(1), now);
+                reply(out, noreply, b"OK\r\n");
+            }
+            Request::Verbosity { level, noreply } => {
+                self.shared
+                    .verbosity
+                    .store(level.min(MAX_VERBOSITY_LEVEL), Ordering::Relaxed);
+                reply(out, noreply, b"OK\r\n");
+            }
+            Request::Version => {
+                out.extend_from_slice(b"VERSION ");
+                out.extend_from_slice(crate::config::VERSION.as_bytes());
+                out.extend_from_slice(CRLF);
+            }
+            Request::Quit => return Flow::CloseAfterWrite,
+            Request::Shutdown { .. } => {
+                if !self.shared.settings.shutdown_enabled {
+                    out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
+                    return Flow::Continue;
+                }
+                crate::runtime::request_shutdown();
+                return Flow::Close;
+            }
+            Request::Stats(group) => self.stats_command(group, out),
+            Request::MetaNoop => {
+                out.extend_from_slice(b"MN\r\n");
+                *flush_mark = out.len();
+            }
+            Request::MemLimit { megabytes, noreply } => {
+                let line: &[u8] = if megabytes < 8 {
+                    b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n"
+                } else if megabytes > 1_000_000_000 {
+                    b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n"
+                } else {
+                    // The segment pool is sized at start; see docs/protocol.md.
+                    b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n"
+                };
+                reply(out, noreply, line);
+            }
+            Request::Invalid { reply: r, noreply } => reply(out, noreply, r.bytes()),
+            Request::Close => return Flow::Close,
+        }
+        Flow::Continue
+    }
+
+    fn get(
+        &self,
+        command: GetCommand,
+        exptime: i32,
+        keys: Keys<'_>,
+        out: &mut Vec<u8>,
+        flush_mark: &mut usize,
+    ) {
+        let now = self.shared.clock.now();
+        let touch = matches!(command, GetCommand::Gat | GetCommand::Gats);
+        let with_cas = command.returns_cas();
+        let new_exptime = if touch {
+            self.shared.clock.realtime(exptime)
+        } else {
+            0
+        };
+        for key in keys {
+            if key.len() > MAX_KEY_LEN {
+                // memcached drops every reply not yet written, then errors.
+                out.truncate(*flush_mark);
+                out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
+                return;
+            }
+            let compose = |item: ItemRef<'_>| compose_value(out, item, with_cas);
+            let lookup = if touch {
+                self.store().get_and_touch(key, new_exptime, now, compose)
+            } else {
+                self.store().get(key, now, compose)
+            };
+            if touch {
+                bump(&self.stats.cmd_touch, 1);
+            } else {
+                bump(&self.stats.cmd_get, 1);
+            }
+            match lookup {
+                Lookup::Hit(()) => {
+                    bump(if touch { &self.stats.touch_hits } else { &self.stats.get_hits }, 1);
+                }
+                miss => {
+                    bump(if touch { &self.stats.touch_misses } else { &self.stats.get_misses }, 1);
+                    match miss {
+                        Lookup::Expired => bump(&self.stats.get_expired, 1),
+                        Lookup::Flushed => bump(&self.stats.get_flushed, 1),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        out.extend_from_slice(b"END\r\n");
+        *flush_mark = out.len();
+    }
+
+    /// Execute a storage command whose data block (`len` bytes and what
+    /// should be `\r\n`) has fully arrived.
+    #[allow(clippy::too_many_arguments)]
+    pub fn execute_store(
+        &self,
+        command: StoreCommand,
+        key: &[u8],
+        flags: u32,
+        exptime: i32,
+        cas: u64,
+        noreply: bool,
+        data: &[u8],
+        out: &mut Vec<u8>,
+    ) {
+        let now = self.shared.clock.now();
+        bump(&self.stats.cmd_set, 1);
+        let len = data.len() - 2;
+        if &data[len..] != CRLF {
+            reply(out, noreply, b"CLIENT_ERROR bad data chunk\r\n");
+            return;
+        }
+        let mode = match command {
+            StoreCommand::Set => StoreMode::Set,
+            StoreCommand::Add => StoreMode::Add,
+            StoreCommand::Replace => StoreMode::Replace,
+            StoreCommand::Append => StoreMode::Append,
+            StoreCommand::Prepend => StoreMode::Prepend,
+            StoreCommand::Cas => StoreMode::Cas(cas),
+        };
+        let exptime = self.shared.clock.realtime(exptime);
+        let outcome = self.store().store(mode, key, flags, exptime, &data[..len], now);
+        let line: &[u8] = match outcome {
+            StoreOutcome::Stored => {
+                if command == StoreCommand::Cas {
+                    bump(&self.stats.cas_hits, 1);
+                }
+                b"STORED\r\n"
+            }
+            StoreOutcome::NotStored => b"NOT_STORED\r\n",
+            StoreOutcome::Exists => {
+                bump(&self.stats.cas_badval, 1);
+                b"EXISTS\r\n"
+            }
+            StoreOutcome::NotFound => {
+                bump(&self.stats.cas_misses, 1);
+                b"NOT_FOUND\r\n"
+            }
+            StoreOutcome::TooLarge => {
+                bump(&self.stats.store_too_large, 1);
+                self.drop_stale_on_failed_set(command, key, now);
+                b"SERVER_ERROR object too large for cache\r\n"
+            }
+            StoreOutcome::NoMemory => {
+                bump(&self.stats.store_no_memory, 1);
+                self.drop_stale_on_failed_set(command, key, now);
+                b"SERVER_ERROR out of memory storing object\r\n"
+            }
+        };
+        reply(out, noreply, line);
+    }
+
+    /// A storage command refused before its data is read: the value can
+    /// never fit. The caller swallows the data block.
+    pub fn reject_too_large(&self, command: StoreCommand, key: &[u8], noreply: bool, out: &mut Vec<u8>) {
+        bump(&self.stats.store_too_large, 1);
+        self.drop_stale_on_failed_set(command, key, self.shared.clock.now());
+        reply(out, noreply, b"SERVER_ERROR object too large for cache\r\n");
+    }
+
+    /// memcached unlinks the old value when a `set` fails, so that a stale
+    /// value does not outlive a write the client believes it made.
+    fn drop_stale_on_failed_set(&self, command: StoreCommand, key: &[u8], now: u32) {
+        if command == StoreCommand::Set {
+            self.store().delete(key, now);
+        }
+    }
+
+    fn stats_command(&self, group: StatsGroup, out: &mut Vec<u8>) {
+        match group {
+            StatsGroup::General => stats_report::general(self.shared, out),
+            StatsGroup::Settings => stats_report::settings(self.shared, out),
+            StatsGroup::Reset => {
+                self.shared.stats.reset();
+                self.store().reset_stats();
+                out.extend_from_slice(b"RESET\r\n");
+            }
+            StatsGroup::Detail(DetailOp::On | DetailOp::Off) => out.extend_from_slice(b"OK\r\n"),
+            StatsGroup::Detail(DetailOp::Dump) | StatsGroup::Internal => {
+                out.extend_from_slice(b"END\r\n");
+            }
+        }
+    }
+}
+
+/// `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`, one copy of the data.
+fn compose_value(out: &mut Vec<u8>, item: ItemRef<'_>, with_cas: bool) {
+    let mut num = itoa::Buffer::new();
+    out.reserve(item.key.len() + item.value.len() + 64);
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(item.key);
+    out.push(b' ');
+    out.extend_from_slice(num.format(item.flags).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(num.format(item.value.len()).as_bytes());
+    if with_cas {
+        out.push(b' ');
+        out.extend_from_slice(num.format(item.cas).as_bytes());
+    }
+    out.extend_from_slice(CRLF);
+    out.extend_from_slice(item.value);
+    out.extend_from_slice(CRLF);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn item_size_rule_matches_memcached() {
+        // 1 MiB limit, 1-byte key, flags 0: 48 + 2 + len + 2 + 8 <= 1048576.
+        assert!(memcached_item_fits(1 << 20, 1, 0, 1_048_516));
+        assert!(!memcached_item_fits(1 << 20, 1, 0, 1_048_517));
+        assert!(!memcached_item_fits(1 << 20, 1, 7, 1_048_516));
+        assert!(memcached_item_fits(1 << 20, 1, 7, 1_048_512));
+    }
+}

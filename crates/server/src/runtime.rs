@@ -1,0 +1,434 @@
+//! Thread-per-core runtime: worker threads, listeners and the epoll loop.
+//!
+//! ```text
+//!   signal thread ── sigwait(SIGINT/SIGTERM) ──> shutting_down + wake workers
+//!   maintenance   ── every second: clock tick, expired-item sweep
+//!   worker 0..N   ── own mio::Poll, own SO_REUSEPORT listener per address,
+//!                    own connections; the kernel spreads accepts over them
+//! ```
+//!
+//! A worker never hands a connection to another thread. Per wake-up it reads
+//! everything the socket has, lets [`Conn::process`] execute every complete
+//! request, and writes all replies with one `write`.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+
+use crate::conn::{Conn, Status};
+use crate::exec::{Exec, Shared};
+use crate::stats::{bump, WorkerStats};
+
+const WAKER: Token = Token(usize::MAX);
+const LISTENER_BASE: usize = usize::MAX / 2;
+/// Unparsed input a connection may hold before we stop reading it until its
+/// requests are executed (its output drains).
+const MAX_BUFFERED_INPUT_BYTES: usize = 4 * 1024 * 1024;
+/// How long shutdown waits for a slow client to take its last replies.
+const SHUTDOWN_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
+
+/// Ask the process to shut down cleanly (the `shutdown` command).
+pub fn request_shutdown() {
+    crate::sys::signal_self_terminate();
+}
+
+/// Resolve `-l` entries with the port into socket addresses.
+fn listen_addrs(shared: &Shared) -> Result<Vec<SocketAddr>> {
+    let mut addrs = Vec::new();
+    for host in &shared.settings.listen {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let found = (host, shared.settings.port)
+            .to_socket_addrs()
+            .with_context(|| format!("failed to resolve listen address {host}"))?;
+        addrs.extend(found);
+    }
+    if addrs.is_empty() {
+        bail!("no listen address");
+    }
+    Ok(addrs)
+}
+
+fn bind_listener(addr: SocketAddr, backlog: i32) -> Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket
+        .bind(&addr.into())
+        .with_context(|| format!("failed to listen on TCP port {}", addr.port()))?;
+    socket.listen(backlog)?;
+    Ok(TcpListener::from_std(socket.into()))
+}
+
+/// Start every thread and serve until a shutdown signal.
+pub fn run(shared: Arc<Shared>, worker_stats: Vec<Arc<WorkerStats>>) -> Result<()> {
+    crate::sys::block_shutdown_signals().context("blocking signals")?;
+
+    // One listener per worker per address, all bound with SO_REUSEPORT. With
+    // port 0 the first bind picks the port and the rest reuse it.
+    let mut addrs = listen_addrs(&shared)?;
+    let mut per_worker: Vec<Vec<TcpListener>> = (0..shared.settings.threads).map(|_| Vec::new()).collect();
+    for addr in &mut addrs {
+        for listeners in per_worker.iter_mut() {
+            let l = bind_listener(*addr, shared.settings.backlog)?;
+            if addr.port() == 0 {
+                addr.set_port(l.local_addr()?.port());
+            }
+            listeners.push(l);
+        }
+    }
+    if let Some(user) = &shared.settings.user {
+        crate::sys::drop_privileges(user).context("dropping privileges")?;
+    }
+    if shared.settings.verbose > 0 {
+        for addr in &addrs {
+            eprintln!("ferrocache: listening on {addr}");
+        }
+    }
+
+    let mut wakers = Vec::new();
+    let mut handles = Vec::new();
+    for (id, (listeners, stats)) in per_worker.into_iter().zip(worker_stats).enumerate() {
+        let poll = Poll::new().context("creating epoll instance")?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        wakers.push(waker);
+        let mut worker = Worker::new(poll, listeners, shared.clone(), stats)?;
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("worker-{id}"))
+                .spawn(move || worker.run())?,
+        );
+    }
+
+    let maintenance = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("maintenance".into())
+            .spawn(move || maintenance_loop(&shared))?
+    };
+
+    let sig = crate::sys::wait_for_shutdown_signal();
+    if shared.settings.verbose > 0 {
+        eprintln!("ferrocache: signal {sig} received, shutting down");
+    }
+    shared.shutting_down.store(true, Ordering::SeqCst);
+    for w in &wakers {
+        let _ = w.wake();
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+    let _ = maintenance.join();
+    Ok(())
+}
+
+/// Once a second: advance the clock and reclaim some expired items.
+fn maintenance_loop(shared: &Shared) {
+    const SWEEP_ITEMS_PER_TICK: usize = 100_000;
+    while !shared.shutting_down.load(Ordering::Relaxed) {
+        // Sleep in short steps so shutdown is prompt.
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_millis(100));
+            if shared.shutting_down.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+        shared.clock.tick();
+        shared.store.sweep_expired(shared.clock.now(), SWEEP_ITEMS_PER_TICK);
+    }
+}
+
+/// A connection slot owned by one worker.
+struct Client {
+    stream: TcpStream,
+    conn: Conn,
+    /// Server time of the last byte received, for `-o idle_timeout`.
+    last_active: u32,
+    /// Registered for writable events because output is pending.
+    want_write: bool,
+}
+
+struct Worker {
+    poll: Poll,
+    listeners: Vec<TcpListener>,
+    clients: Vec<Option<Client>>,
+    free: Vec<usize>,
+    /// Connections to drive again without waiting for an event (they stopped
+    /// reading early for fairness or backpressure).
+    again: Vec<usize>,
+    shared: Arc<Shared>,
+    stats: Arc<WorkerStats>,
+}
+
+impl Worker {
+    fn new(
+        poll: Poll,
+        mut listeners: Vec<TcpListener>,
+        shared: Arc<Shared>,
+        stats: Arc<WorkerStats>,
+    ) -> Result<Self> {
+        for (i, l) in listeners.iter_mut().enumerate() {
+            poll.registry()
+                .register(l, Token(LISTENER_BASE + i), Interest::READABLE)?;
+        }
+        Ok(Worker {
+            poll,
+            listeners,
+            clients: Vec::new(),
+            free: Vec::new(),
+            again: Vec::new(),
+            shared,
+            stats,
+        })
+    }
+
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(1024);
+        let idle_timeout = self.shared.settings.idle_timeout_secs;
+        let mut last_idle_scan = self.shared.clock.now();
+        loop {
+            let timeout = if !self.again.is_empty() {
+                Some(Duration::ZERO)
+            } else if idle_timeout > 0 {
+                Some(Duration::from_secs(1))
+            } else {
+                None
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                eprintln!("ferrocache: epoll failed: {e}");
+                return;
+            }
+            if self.shared.shutting_down.load(Ordering::Relaxed) {
+                self.shutdown();
+                return;
+            }
+            for event in events.iter() {
+                match event.token() {
+                    WAKER => {}
+                    Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
+                    Token(idx) => self.drive(idx),
+                }
+            }
+            for idx in std::mem::take(&mut self.again) {
+                self.drive(idx);
+            }
+            if idle_timeout > 0 {
+                let now = self.shared.clock.now();
+                if now != last_idle_scan {
+                    last_idle_scan = now;
+                    self.close_idle(now, idle_timeout);
+                }
+            }
+        }
+    }
+
+    fn accept(&mut self, listener: usize) {
+        loop {
+            let (mut stream, _) = match self.listeners[listener].accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and friends: memcached logs and keeps listening.
+                    if self.shared.settings.verbose > 0 {
+                        eprintln!("ferrocache: accept failed: {e}");
+                    }
+                    return;
+                }
+            };
+            let max = self.shared.settings.max_connections;
+            let prev = self.shared.curr_connections.fetch_add(1, Ordering::Relaxed);
+            if prev >= max {
+                self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                let _ = stream.write(TOO_MANY_CONNECTIONS);
+                bump(&self.stats.rejected_connections, 1);
+                continue;
+            }
+            bump(&self.stats.total_connections, 1);
+            let _ = stream.set_nodelay(true);
+            let idx = self.free.pop().unwrap_or_else(|| {
+                self.clients.push(None);
+                self.clients.len() - 1
+            });
+            if self
+                .poll
+                .registry()
+                .register(&mut stream, Token(idx), Interest::READABLE)
+                .is_err()
+            {
+                self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                self.free.push(idx);
+                continue;
+            }
+            self.clients[idx] = Some(Client {
+                stream,
+                conn: Conn::new(),
+                last_active: self.shared.clock.now(),
+                want_write: false,
+            });
+            // Data may already be waiting (edge-triggered: drive once now).
+            self.drive(idx);
+        }
+    }
+
+    fn close(&mut self, idx: usize) {
+        if let Some(mut client) = self.clients[idx].take() {
+            let _ = self.poll.registry().deregister(&mut client.stream);
+            self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+            self.free.push(idx);
+        }
+    }
+
+    /// Read, execute and write for one connection.
+    fn drive(&mut self, idx: usize) {
+        let exec = Exec {
+            shared: &self.shared,
+            stats: &self.stats,
+        };
+        let Some(client) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        let mut eof = false;
+        let mut read_any = false;
+        // Read until the socket is drained (a short read means it is), unless
+        // output is backed up or a lot of input is already waiting.
+        while !client.conn.output_blocked() && buffered_input(&client.conn) < MAX_BUFFERED_INPUT_BYTES {
+            let space = client.conn.read_space();
+            let want = space.len();
+            match client.stream.read(space) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    client.conn.filled(n);
+                    bump(&self.stats.bytes_read, n as u64);
+                    read_any = true;
+                    if n < want {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        if read_any {
+            client.last_active = self.shared.clock.now();
+        }
+        let status = client.conn.process(&exec);
+        if status == Status::Close {
+            self.close(idx);
+            return;
+        }
+        // One write for every reply of this wake-up.
+        while !client.conn.output().is_empty() {
+            match client.stream.write(client.conn.output()) {
+                Ok(n) => {
+                    client.conn.written(n);
+                    bump(&self.stats.bytes_written, n as u64);
+                    if !client.conn.output().is_empty() {
+                        // Partial write: the socket buffer is full.
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.close(idx);
+                    return;
+                }
+            }
+        }
+        let pending = !client.conn.output().is_empty();
+        if status == Status::CloseAfterWrite && !pending {
+            self.close(idx);
+            return;
+        }
+        if eof {
+            // The peer closed its side; memcached closes without finishing
+            // pending replies it could not write.
+            self.close(idx);
+            return;
+        }
+        if pending != client.want_write {
+            let interest = if pending {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            if self
+                .poll
+                .registry()
+                .reregister(&mut client.stream, Token(idx), interest)
+                .is_err()
+            {
+                self.close(idx);
+                return;
+            }
+            client.want_write = pending;
+        }
+        if !pending && (client.conn.has_input() && !client.conn.output_blocked()) {
+            // Input left because we stopped reading early: come back soon.
+            if buffered_input(&client.conn) >= MAX_BUFFERED_INPUT_BYTES {
+                self.again.push(idx);
+            }
+        }
+        if !pending && !client.conn.has_input() {
+            client.conn.shrink_idle();
+        }
+    }
+
+    fn close_idle(&mut self, now: u32, idle_timeout: u32) {
+        for idx in 0..self.clients.len() {
+            let idle = match &self.clients[idx] {
+                Some(c) => now.saturating_sub(c.last_active) > idle_timeout,
+                None => false,
+            };
+            if idle {
+                self.close(idx);
+            }
+        }
+    }
+
+    /// Stop accepting, give every client its pending replies, close all.
+    fn shutdown(&mut self) {
+        for l in &mut self.listeners {
+            let _ = self.poll.registry().deregister(l);
+        }
+        self.listeners.clear();
+        for idx in 0..self.clients.len() {
+            if let Some(client) = self.clients[idx].as_mut() {
+                if !client.conn.output().is_empty() {
+                    let sock = SockRef::from(&client.stream);
+                    let _ = sock.set_nonblocking(false);
+                    let _ = sock.set_write_timeout(Some(SHUTDOWN_WRITE_TIMEOUT));
+                    let out = client.conn.output();
+                    let _ = (&client.stream).write_all(out);
+                }
+            }
+            self.close(idx);
+        }
+    }
+}
+
+fn buffered_input(conn: &Conn) -> usize {
+    conn.buffered()
+}

@@ -1,0 +1,146 @@
+//! `stats` and `stats settings` replies, in memcached's field order.
+
+use std::sync::atomic::Ordering;
+
+use crate::config::VERSION;
+use crate::exec::Shared;
+
+struct Out<'a>(&'a mut Vec<u8>);
+
+impl Out<'_> {
+    fn raw(&mut self, name: &str, value: &[u8]) {
+        self.0.extend_from_slice(b"STAT ");
+        self.0.extend_from_slice(name.as_bytes());
+        self.0.push(b' ');
+        self.0.extend_from_slice(value);
+        self.0.extend_from_slice(b"\r\n");
+    }
+
+    fn str(&mut self, name: &str, value: &str) {
+        self.raw(name, value.as_bytes());
+    }
+
+    fn num<N: itoa::Integer>(&mut self, name: &str, value: N) {
+        let mut b = itoa::Buffer::new();
+        self.raw(name, b.format(value).as_bytes());
+    }
+
+    fn yes_no(&mut self, name: &str, value: bool) {
+        self.str(name, if value { "yes" } else { "no" });
+    }
+
+    fn end(self) {
+        self.0.extend_from_slice(b"END\r\n");
+    }
+}
+
+/// The plain `stats` reply.
+pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
+    let c = shared.stats.snapshot();
+    let store = shared.store.stats();
+    let clock = &shared.clock;
+    let settings = &shared.settings;
+    let (user, system) = crate::sys::rusage_self();
+    let mut o = Out(buf);
+    o.num("pid", std::process::id());
+    o.num("uptime", clock.uptime());
+    o.num("time", clock.process_started() + i64::from(clock.now()));
+    o.str("version", VERSION);
+    o.num("pointer_size", usize::BITS);
+    o.str("rusage_user", &user);
+    o.str("rusage_system", &system);
+    o.num("max_connections", settings.max_connections);
+    o.num("curr_connections", shared.curr_connections.load(Ordering::Relaxed));
+    o.num("total_connections", c.total_connections);
+    o.num("rejected_connections", c.rejected_connections);
+    o.num("connection_structures", shared.curr_connections.load(Ordering::Relaxed));
+    o.num("cmd_get", c.cmd_get);
+    o.num("cmd_set", c.cmd_set);
+    o.num("cmd_flush", c.cmd_flush);
+    o.num("cmd_touch", c.cmd_touch);
+    o.num("cmd_meta", 0u64);
+    o.num("get_hits", c.get_hits);
+    o.num("get_misses", c.get_misses);
+    o.num("get_expired", c.get_expired);
+    o.num("get_flushed", c.get_flushed);
+    o.num("delete_misses", c.delete_misses);
+    o.num("delete_hits", c.delete_hits);
+    o.num("incr_misses", c.incr_misses);
+    o.num("incr_hits", c.incr_hits);
+    o.num("decr_misses", c.decr_misses);
+    o.num("decr_hits", c.decr_hits);
+    o.num("cas_misses", c.cas_misses);
+    o.num("cas_hits", c.cas_hits);
+    o.num("cas_badval", c.cas_badval);
+    o.num("touch_hits", c.touch_hits);
+    o.num("touch_misses", c.touch_misses);
+    o.num("store_too_large", c.store_too_large);
+    o.num("store_no_memory", c.store_no_memory);
+    o.num("auth_cmds", 0u64);
+    o.num("auth_errors", 0u64);
+    o.num("bytes_read", c.bytes_read);
+    o.num("bytes_written", c.bytes_written);
+    o.num("limit_maxbytes", store.limit_maxbytes);
+    o.num(
+        "accepting_conns",
+        u8::from(!shared.shutting_down.load(Ordering::Relaxed)),
+    );
+    o.num("threads", settings.threads);
+    o.num("conn_yields", c.conn_yields);
+    o.num("bytes", store.bytes);
+    o.num("curr_items", store.curr_items);
+    o.num("total_items", store.total_items);
+    o.num("expired_unfetched", store.expired_unfetched);
+    o.num("evicted_unfetched", store.evicted_unfetched);
+    o.num("evictions", store.evictions);
+    o.num("reclaimed", store.reclaimed);
+    o.end();
+}
+
+/// The `stats settings` reply.
+pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
+    let s = &shared.settings;
+    let mut o = Out(buf);
+    o.num("maxbytes", s.memory_limit_bytes);
+    o.num("maxconns", s.max_connections);
+    o.num("tcpport", s.port);
+    o.num("udpport", s.udp_port);
+    o.str(
+        "inter",
+        &if s.listen.is_empty() {
+            "NULL".to_string()
+        } else {
+            s.listen.join(",")
+        },
+    );
+    o.num("verbosity", shared.verbosity.load(Ordering::Relaxed));
+    o.num("oldest", 0u32);
+    o.str("evictions", if s.evictions { "on" } else { "off" });
+    o.str("domain_socket", s.unix_socket.as_deref().unwrap_or("NULL"));
+    o.str("umask", &format!("{:o}", s.unix_mask));
+    o.yes_no("shutdown_command", s.shutdown_enabled);
+    o.str("growth_factor", &s.growth_factor);
+    o.num("chunk_size", s.chunk_size);
+    o.num("num_threads", s.threads);
+    o.num("num_threads_per_udp", s.threads);
+    o.str("stat_key_prefix", &s.delimiter);
+    o.str("detail_enabled", "no");
+    o.num("reqs_per_event", s.reqs_per_event);
+    o.yes_no("cas_enabled", s.cas_enabled);
+    o.num("tcp_backlog", s.backlog);
+    o.str("binding_protocol", "ascii");
+    o.str("auth_enabled_sasl", "no");
+    o.str("auth_enabled_ascii", "no");
+    o.num("item_size_max", s.item_size_max_bytes);
+    o.yes_no("flush_enabled", s.flush_enabled);
+    o.yes_no("dump_enabled", s.dump_enabled);
+    o.yes_no("watch_enabled", s.watch_enabled);
+    o.num("idle_timeout", s.idle_timeout_secs);
+    o.str("io_backend", "epoll");
+    for (key, value) in &s.extended {
+        if key != "idle_timeout" {
+            o.str(key, if value.is_empty() { "yes" } else { value });
+        }
+    }
+    o.end();
+}
