@@ -63,6 +63,8 @@ pub struct Conn {
     flush_mark: usize,
     /// Requests executed in this wake-up, for memcached's `-R` flush points.
     reqs_this_event: u32,
+    /// The last `process` stopped because output was backed up.
+    stalled: bool,
 }
 
 impl Default for Conn {
@@ -83,6 +85,7 @@ impl Conn {
             state: State::ReadLine,
             flush_mark: 0,
             reqs_this_event: 0,
+            stalled: false,
         }
     }
 
@@ -130,6 +133,13 @@ impl Conn {
         self.wbuf.len() - self.wpos >= OUTPUT_HIGH_WATER_BYTES
     }
 
+    /// Whether the last [`Conn::process`] left complete requests unexecuted
+    /// because of backed-up output, and the output has since drained.
+    #[must_use]
+    pub fn stalled_on_output(&self) -> bool {
+        self.stalled && !self.output_blocked()
+    }
+
     /// Replies waiting to be written.
     #[must_use]
     pub fn output(&self) -> &[u8] {
@@ -161,6 +171,7 @@ impl Conn {
     /// Execute every complete request in the input; returns what to do next.
     pub fn process(&mut self, exec: &Exec<'_>) -> Status {
         self.reqs_this_event = 0;
+        self.stalled = false;
         let reqs_per_event = exec.shared.settings.reqs_per_event;
         loop {
             match self.state {
@@ -179,6 +190,7 @@ impl Conn {
                 }
                 State::ReadLine => {
                     if self.output_blocked() {
+                        self.stalled = true;
                         return Status::Open;
                     }
                     if !self.step(exec) {

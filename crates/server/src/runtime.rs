@@ -302,97 +302,106 @@ impl Worker {
         let Some(client) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
-        let mut eof = false;
-        let mut read_any = false;
-        // Read until the socket is drained (a short read means it is), unless
-        // output is backed up or a lot of input is already waiting.
-        while !client.conn.output_blocked() && buffered_input(&client.conn) < MAX_BUFFERED_INPUT_BYTES {
-            let space = client.conn.read_space();
-            let want = space.len();
-            match client.stream.read(space) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
-                Ok(n) => {
-                    client.conn.filled(n);
-                    bump(&self.stats.bytes_read, n as u64);
-                    read_any = true;
-                    if n < want {
+        loop {
+            // Read until the socket is drained (a short read means it is),
+            // unless output is backed up or much input is already waiting.
+            let mut drained = false;
+            let mut eof = false;
+            let mut read_any = false;
+            while !client.conn.output_blocked() && client.conn.buffered() < MAX_BUFFERED_INPUT_BYTES {
+                let space = client.conn.read_space();
+                let want = space.len();
+                match client.stream.read(space) {
+                    Ok(0) => {
+                        eof = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        client.conn.filled(n);
+                        bump(&self.stats.bytes_read, n as u64);
+                        read_any = true;
+                        if n < want {
+                            drained = true;
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        drained = true;
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        eof = true;
                         break;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    eof = true;
-                    break;
-                }
             }
-        }
-        if read_any {
-            client.last_active = self.shared.clock.now();
-        }
-        let status = client.conn.process(&exec);
-        if status == Status::Close {
-            self.close(idx);
-            return;
-        }
-        // One write for every reply of this wake-up.
-        while !client.conn.output().is_empty() {
-            match client.stream.write(client.conn.output()) {
-                Ok(n) => {
-                    client.conn.written(n);
-                    bump(&self.stats.bytes_written, n as u64);
-                    if !client.conn.output().is_empty() {
-                        // Partial write: the socket buffer is full.
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    self.close(idx);
-                    return;
-                }
+            if read_any {
+                client.last_active = self.shared.clock.now();
             }
-        }
-        let pending = !client.conn.output().is_empty();
-        if status == Status::CloseAfterWrite && !pending {
-            self.close(idx);
-            return;
-        }
-        if eof {
-            // The peer closed its side; memcached closes without finishing
-            // pending replies it could not write.
-            self.close(idx);
-            return;
-        }
-        if pending != client.want_write {
-            let interest = if pending {
-                Interest::READABLE | Interest::WRITABLE
-            } else {
-                Interest::READABLE
-            };
-            if self
-                .poll
-                .registry()
-                .reregister(&mut client.stream, Token(idx), interest)
-                .is_err()
-            {
+            let status = client.conn.process(&exec);
+            if status == Status::Close {
                 self.close(idx);
                 return;
             }
-            client.want_write = pending;
-        }
-        if !pending && (client.conn.has_input() && !client.conn.output_blocked()) {
-            // Input left because we stopped reading early: come back soon.
-            if buffered_input(&client.conn) >= MAX_BUFFERED_INPUT_BYTES {
-                self.again.push(idx);
+            // One write for every reply of this wake-up.
+            while !client.conn.output().is_empty() {
+                match client.stream.write(client.conn.output()) {
+                    Ok(n) => {
+                        client.conn.written(n);
+                        bump(&self.stats.bytes_written, n as u64);
+                        if !client.conn.output().is_empty() {
+                            // Partial write: the socket buffer is full.
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        self.close(idx);
+                        return;
+                    }
+                }
             }
-        }
-        if !pending && !client.conn.has_input() {
-            client.conn.shrink_idle();
+            let pending = !client.conn.output().is_empty();
+            if eof || (status == Status::CloseAfterWrite && !pending) {
+                // On EOF memcached closes too, dropping replies it could not write.
+                self.close(idx);
+                return;
+            }
+            if pending != client.want_write {
+                let interest = if pending {
+                    Interest::READABLE | Interest::WRITABLE
+                } else {
+                    Interest::READABLE
+                };
+                if self
+                    .poll
+                    .registry()
+                    .reregister(&mut client.stream, Token(idx), interest)
+                    .is_err()
+                {
+                    self.close(idx);
+                    return;
+                }
+                client.want_write = pending;
+            }
+            if pending || status == Status::CloseAfterWrite {
+                // The writable event brings us back.
+                return;
+            }
+            if client.conn.stalled_on_output() {
+                // Output drained after backpressure: run the waiting requests.
+                continue;
+            }
+            if !drained {
+                // Stopped reading with bytes left in the socket: come back
+                // after the other connections had their turn.
+                self.again.push(idx);
+            } else if !client.conn.has_input() {
+                client.conn.shrink_idle();
+            }
+            return;
         }
     }
 
@@ -427,8 +436,4 @@ impl Worker {
             self.close(idx);
         }
     }
-}
-
-fn buffered_input(conn: &Conn) -> usize {
-    conn.buffered()
 }

@@ -1,0 +1,516 @@
+//! The differential test: the main correctness oracle.
+//!
+//! The same command streams go to Debian's memcached (the reference) and to the server
+//! under test, both started with `-t 1 -m 64 -U 0`, and every reply must be byte-identical.
+//! CAS uniques differ between servers, so each server's CAS numbers are renamed `#0`, `#1`,
+//! ... in order of first appearance within a stream before comparing.
+//!
+//! After each step the runner sends `mn\r\n` and reads until the reply ends with `MN\r\n`,
+//! which splits the reply stream exactly at the step boundary.
+//!
+//! Environment:
+//! - `FERRO_DIFF_SEED=N` sets the base seed (default fixed, so CI is reproducible);
+//!   `FERRO_DIFF_SEED=random` picks one from the clock. Stream `i` uses seed `base + i`.
+//! - `FERRO_DIFF_STREAMS=N` sets the stream count; `FERRO_DIFF_STEPS=N` the steps per stream.
+//! - `FERRO_TEST_SERVER=memcached` compares memcached with itself (checks the harness).
+//!
+//! A failure prints the seed and the command that replays just that stream.
+
+mod common;
+#[path = "differential/gen.rs"]
+mod gen;
+
+use std::collections::HashMap;
+
+use common::{escape, Client, Ending, Reply, Rng, ServerKind, ServerProcess};
+use gen::{Part, Step};
+
+/// Both servers get these flags: one worker, 64 MB, no UDP.
+const SERVER_ARGS: &[&str] = &["-t", "1", "-m", "64", "-U", "0"];
+
+/// Fresh servers every so many streams, so memory use from earlier streams never matters.
+const STREAMS_PER_SERVER: usize = 40;
+
+/// The default base seed; CI runs exactly these streams.
+const DEFAULT_SEED: u64 = 0x00c0_ffee_5eed;
+
+/// How many failing streams to report before stopping.
+const MAX_REPORTS: usize = 5;
+
+/// One server and what the runner knows about its replies in the current stream.
+struct Side {
+    server: ServerProcess,
+    conn: Client,
+    /// The last CAS unique this server returned for each key (renders `Part::LastCas`).
+    last_cas: HashMap<Vec<u8>, u64>,
+    /// CAS unique -> order of first appearance in this stream.
+    cas_names: HashMap<u64, usize>,
+}
+
+impl Side {
+    fn start(kind: ServerKind) -> Side {
+        let server = ServerProcess::start(kind, SERVER_ARGS);
+        let conn = server.connect();
+        Side {
+            server,
+            conn,
+            last_cas: HashMap::new(),
+            cas_names: HashMap::new(),
+        }
+    }
+
+    fn new_stream(&mut self) {
+        self.last_cas.clear();
+        self.cas_names.clear();
+    }
+
+    /// Sends one step (whole, or in random pieces) plus the barrier; returns the reply.
+    fn exchange(&mut self, request: &[u8], pieces: Option<&mut Rng>) -> Reply {
+        let mut bytes = request.to_vec();
+        bytes.extend_from_slice(b"mn\r\n");
+        let sent = match pieces {
+            None => self.conn.try_send(&bytes),
+            Some(rng) => {
+                self.conn.send_in_pieces(&bytes, rng, 12, true);
+                Ok(())
+            }
+        };
+        let reply = self.conn.read_reply();
+        if sent.is_err() && reply.ending == Ending::Done {
+            panic!("write failed but the server answered: {}", reply.describe());
+        }
+        reply
+    }
+
+    /// The reply with CAS uniques renamed by order of first appearance, updating `last_cas`.
+    fn normalize(&mut self, reply: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(reply.len());
+        let mut pos = 0;
+        while pos < reply.len() {
+            let Some(eol) = find(&reply[pos..], b"\r\n").map(|i| pos + i) else {
+                out.extend_from_slice(&reply[pos..]);
+                break;
+            };
+            let line = &reply[pos..eol];
+            pos = eol + 2;
+            let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+            let data_len = (fields.len() == 4 || fields.len() == 5)
+                .then(|| parse_u64(fields[3]))
+                .flatten();
+            match (fields[0] == b"VALUE", data_len) {
+                (true, Some(len)) if pos + len as usize + 2 <= reply.len() => {
+                    if fields.len() == 5 {
+                        let Some(cas) = parse_u64(fields[4]) else {
+                            out.extend_from_slice(line);
+                            out.extend_from_slice(b"\r\n");
+                            continue;
+                        };
+                        self.last_cas.insert(fields[1].to_vec(), cas);
+                        let next = self.cas_names.len();
+                        let name = *self.cas_names.entry(cas).or_insert(next);
+                        out.extend_from_slice(&line[..line.len() - fields[4].len()]);
+                        out.extend_from_slice(format!("#{name}").as_bytes());
+                    } else {
+                        out.extend_from_slice(line);
+                    }
+                    out.extend_from_slice(b"\r\n");
+                    // Copy the data block verbatim; its content is never parsed as lines.
+                    let end = pos + len as usize + 2;
+                    out.extend_from_slice(&reply[pos..end]);
+                    pos = end;
+                }
+                _ => {
+                    out.extend_from_slice(line);
+                    out.extend_from_slice(b"\r\n");
+                }
+            }
+        }
+        out
+    }
+
+    fn reconnect(&mut self) {
+        self.conn = self.server.connect();
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn parse_u64(digits: &[u8]) -> Option<u64> {
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// The reference and the server under test.
+struct Pair {
+    reference: Side,
+    candidate: Side,
+}
+
+impl Pair {
+    fn start() -> Pair {
+        Pair {
+            reference: Side::start(ServerKind::Memcached),
+            candidate: Side::start(ServerKind::under_test()),
+        }
+    }
+}
+
+/// How to write each step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Writes {
+    /// One write per step.
+    Whole,
+    /// Random pieces of 1 to 12 bytes (larger for big values), with short pauses.
+    Fragmented,
+}
+
+/// Runs `steps` on both servers; `Err` carries a report of the first mismatch.
+fn run_stream(pair: &mut Pair, seed: u64, steps: &[Step], writes: Writes) -> Result<(), String> {
+    pair.reference.new_stream();
+    pair.candidate.new_stream();
+    let mut pieces = Rng::new(seed ^ 0x0f0f_0f0f_0f0f_0f0f);
+    let verbose = std::env::var_os("FERRO_DIFF_VERBOSE").is_some();
+    for (index, step) in steps.iter().enumerate() {
+        let request_ref = step.render(&pair.reference.last_cas);
+        let request_cand = step.render(&pair.candidate.last_cas);
+        let (reply_ref, reply_cand) = match writes {
+            Writes::Whole => (
+                pair.reference.exchange(&request_ref, None),
+                pair.candidate.exchange(&request_cand, None),
+            ),
+            Writes::Fragmented => (
+                pair.reference.exchange(&request_ref, Some(&mut pieces)),
+                pair.candidate.exchange(&request_cand, Some(&mut pieces)),
+            ),
+        };
+        let norm_ref = pair.reference.normalize(&reply_ref.bytes);
+        let norm_cand = pair.candidate.normalize(&reply_cand.bytes);
+        if verbose {
+            eprintln!("[{index}] {} -> {}", escape(&request_ref), escape(&norm_ref));
+        }
+        let same = norm_ref == norm_cand && reply_ref.ending == reply_cand.ending;
+        if !same || reply_ref.ending == Ending::TimedOut {
+            return Err(report(
+                seed, writes, steps, index, &request_ref, &request_cand, &reply_ref,
+                &reply_cand, &norm_ref, &norm_cand,
+            ));
+        }
+        if reply_ref.ending == Ending::Closed {
+            // Both closed at the same point: carry on with new connections.
+            pair.reference.reconnect();
+            pair.candidate.reconnect();
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    seed: u64,
+    writes: Writes,
+    steps: &[Step],
+    index: usize,
+    request_ref: &[u8],
+    request_cand: &[u8],
+    reply_ref: &Reply,
+    reply_cand: &Reply,
+    norm_ref: &[u8],
+    norm_cand: &[u8],
+) -> String {
+    let candidate = ServerKind::under_test().name();
+    let mut text = format!("stream seed {seed} ({writes:?} writes), step {index}:\n");
+    text += "  earlier steps:\n";
+    for step in &steps[..index] {
+        text += &format!("    {}\n", escape(&step.render(&HashMap::new())));
+    }
+    text += &format!("  command to memcached:  {}\n", escape(request_ref));
+    if request_cand != request_ref {
+        text += &format!("  command to {candidate}: {}\n", escape(request_cand));
+    }
+    text += &format!("  memcached replied:  {}\n", reply_ref.describe());
+    text += &format!("  {candidate} replied: {}\n", reply_cand.describe());
+    if norm_ref != reply_ref.bytes.as_slice() || norm_cand != reply_cand.bytes.as_slice() {
+        text += &format!("  memcached (CAS renamed):  {}\n", escape(norm_ref));
+        text += &format!("  {candidate} (CAS renamed): {}\n", escape(norm_cand));
+    }
+    if reply_ref.ending == Ending::TimedOut {
+        text += "  memcached itself timed out: the generator broke its own sync rules\n";
+    }
+    let test = match writes {
+        Writes::Whole => "random_streams_whole_writes",
+        Writes::Fragmented => "random_streams_fragmented_writes",
+    };
+    text += &format!(
+        "  replay: FERRO_DIFF_SEED={seed} FERRO_DIFF_STREAMS=1 cargo test --release \
+         -p ferrocache-server --test differential {test} -- --nocapture\n"
+    );
+    text
+}
+
+fn base_seed() -> u64 {
+    match std::env::var("FERRO_DIFF_SEED").as_deref() {
+        Err(_) => DEFAULT_SEED,
+        Ok("random") => Rng::seed_from_time(),
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("FERRO_DIFF_SEED={s}: expected a number or `random`")),
+    }
+}
+
+/// Runs `count` random streams from `base` and panics with the reports of failing ones.
+fn run_random_streams(base: u64, count: u64, writes: Writes) {
+    let steps_per_stream = common::env_u64("FERRO_DIFF_STEPS", 40) as usize;
+    eprintln!(
+        "differential ({writes:?} writes): {count} streams x {steps_per_stream} steps, \
+         memcached vs {}, base seed {base}",
+        ServerKind::under_test().name()
+    );
+    let mut reports = Vec::new();
+    let mut pair = Pair::start();
+    for i in 0..count {
+        if i > 0 && i % STREAMS_PER_SERVER as u64 == 0 {
+            pair = Pair::start();
+        }
+        let seed = base.wrapping_add(i);
+        let steps = gen::stream(seed, steps_per_stream);
+        if let Err(text) = run_stream(&mut pair, seed, &steps, writes) {
+            eprintln!("MISMATCH {text}");
+            reports.push(text);
+            if reports.len() >= MAX_REPORTS {
+                break;
+            }
+            // The servers' states have diverged: start over with fresh ones.
+            pair = Pair::start();
+        }
+    }
+    assert!(
+        reports.is_empty(),
+        "{} stream(s) differ (showing up to {MAX_REPORTS}):\n\n{}",
+        reports.len(),
+        reports.join("\n")
+    );
+}
+
+#[test]
+fn random_streams_whole_writes() {
+    let count = common::env_u64("FERRO_DIFF_STREAMS", 300);
+    run_random_streams(base_seed(), count, Writes::Whole);
+}
+
+#[test]
+fn random_streams_fragmented_writes() {
+    let count = common::env_u64("FERRO_DIFF_STREAMS", 100);
+    // A different seed range from the whole-writes test, so more streams get covered.
+    run_random_streams(base_seed().wrapping_add(1 << 32), count, Writes::Fragmented);
+}
+
+/// Hand-picked edge cases, in order, on one connection (state carries over between steps).
+#[test]
+fn edge_case_corpus() {
+    let steps: Vec<Step> = EDGE_CASES.iter().map(|b| Step::from_bytes(b)).collect();
+    let mut pair = Pair::start();
+    for writes in [Writes::Whole, Writes::Fragmented] {
+        if let Err(text) = run_stream(&mut pair, 0, &steps, writes) {
+            panic!("edge case corpus differs:\n{text}");
+        }
+    }
+}
+
+/// A short pipelined stream, written as one write and as two writes split at every byte,
+/// must give the same replies (and the same as memcached's).
+#[test]
+fn pipelined_stream_split_at_every_byte() {
+    let stream: &[u8] = b"set a 0 0 5\r\nhello\r\nget a b\r\ngets a\r\n\
+append a 0 0 3 noreply\r\nxyz\r\nget a\n\
+set n 1 0 2\r\n10\r\nincr n 5\r\ndecr n 100\r\nincr n abc\r\n\
+delete a\r\nget a\r\nbogus\r\n\r\nset k 0 0 3\r\nabcde\r\n\
+touch n 0\r\ngat 0 n a\r\ndelete n noreply\r\nmn\r\n";
+    let pair = Pair::start();
+    let mut rng = Rng::new(7);
+    let mut expected: Option<Vec<u8>> = None;
+    for side in [&pair.reference, &pair.candidate] {
+        let name = side.server.kind.name();
+        let mut whole = None;
+        for split in 0..=stream.len() {
+            let mut conn = side.server.connect();
+            conn.request(b"flush_all\r\n");
+            conn.send(&stream[..split]);
+            // Give the server time to read the first piece on its own.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            let mut rest = stream[split..].to_vec();
+            rest.extend_from_slice(b"mn\r\n");
+            if rng.chance(0.5) {
+                conn.send(&rest);
+            } else {
+                conn.send_in_pieces(&rest, &mut rng, 4, false);
+            }
+            let reply = conn.read_reply();
+            assert_eq!(
+                reply.ending,
+                Ending::Done,
+                "{name}, split at {split}: {}",
+                reply.describe()
+            );
+            let reply = rename_cas(&reply.bytes);
+            match &whole {
+                None => whole = Some(reply),
+                Some(w) => assert_eq!(
+                    escape(w),
+                    escape(&reply),
+                    "{name}: split at byte {split} ({} | {}) changed the reply",
+                    escape(&stream[..split]),
+                    escape(&stream[split..])
+                ),
+            }
+        }
+        let whole = whole.expect("at least one split");
+        match &expected {
+            None => expected = Some(whole),
+            Some(e) => assert_eq!(escape(e), escape(&whole), "{name} differs from memcached"),
+        }
+    }
+}
+
+/// CAS numbers renamed by first appearance, with a throwaway `Side`-like state.
+fn rename_cas(reply: &[u8]) -> Vec<u8> {
+    // Reuse Side::normalize's logic without a server: a tiny shim.
+    struct Names(HashMap<u64, usize>);
+    let mut names = Names(HashMap::new());
+    let mut out = Vec::new();
+    for line in reply.split_inclusive(|&b| b == b'\n') {
+        let fields: Vec<&[u8]> = line.trim_ascii_end().split(|&b| b == b' ').collect();
+        if fields.len() == 5 && fields[0] == b"VALUE" {
+            if let Some(cas) = parse_u64(fields[4]) {
+                let next = names.0.len();
+                let name = *names.0.entry(cas).or_insert(next);
+                out.extend_from_slice(
+                    format!(
+                        "VALUE {} {} {} #{name}\r\n",
+                        String::from_utf8_lossy(fields[1]),
+                        String::from_utf8_lossy(fields[2]),
+                        String::from_utf8_lossy(fields[3])
+                    )
+                    .as_bytes(),
+                );
+                continue;
+            }
+        }
+        out.extend_from_slice(line);
+    }
+    out
+}
+
+/// Values at the item size limit, one byte over and under, for several key lengths and
+/// zero/non-zero flags; then get them back. Also: an oversized set deletes the old value,
+/// and an append that would make an item too large.
+#[test]
+fn item_size_limit_boundary() {
+    let mut steps = vec![Step::from_bytes(b"flush_all\r\n")];
+    for key_len in [1usize, 10, 250] {
+        let key = vec![b'b'; key_len];
+        for flags in [0u32, 7] {
+            let max = gen::max_value_len(key_len, flags != 0);
+            for len in [max - 1, max, max + 1, gen::ITEM_SIZE_MAX + 10] {
+                let mut req = format!("set {} {flags} 0 {len}\r\n", String::from_utf8_lossy(&key))
+                    .into_bytes();
+                req.extend(std::iter::repeat(b'v').take(len));
+                req.extend_from_slice(b"\r\n");
+                steps.push(Step::from_bytes(&req));
+                let mut get = b"get ".to_vec();
+                get.extend_from_slice(&key);
+                get.extend_from_slice(b"\r\n");
+                steps.push(Step::from_bytes(&get));
+            }
+            // Store a value that fits, then append past the limit.
+            let mut req = format!("set {} {flags} 0 {max}\r\n", String::from_utf8_lossy(&key))
+                .into_bytes();
+            req.extend(std::iter::repeat(b'w').take(max));
+            req.extend_from_slice(b"\r\n");
+            let mut append = format!("append {} 0 0 2\r\nzz\r\n", String::from_utf8_lossy(&key))
+                .into_bytes();
+            append.extend_from_slice(b"get ");
+            append.extend_from_slice(&key);
+            append.extend_from_slice(b"\r\n");
+            steps.push(Step::from_bytes(&req));
+            steps.push(Step::from_bytes(&append));
+        }
+    }
+    let mut pair = Pair::start();
+    if let Err(text) = run_stream(&mut pair, 0, &steps, Writes::Whole) {
+        panic!("item size boundary differs:\n{text}");
+    }
+}
+
+/// Steps for `edge_case_corpus`, each compared on its own.
+const EDGE_CASES: &[&[u8]] = &[
+    b"flush_all\r\n",
+    // storage basics and noreply
+    b"set a 0 0 1\r\n1\r\n",
+    b"set a 0 0 1 noreply\r\n2\r\nget a\r\n",
+    b"add a 0 0 1\r\nx\r\n",
+    b"add b 5 0 1\r\nx\r\n",
+    b"replace c 0 0 1\r\nx\r\n",
+    b"replace b 6 0 2\r\nxy\r\nget b\r\n",
+    b"append b 9 0 2\r\nzz\r\nprepend b 9 0 2\r\naa\r\nget b\r\n",
+    b"append nokey 0 0 1\r\nq\r\nprepend nokey 0 0 1\r\nq\r\n",
+    b"gets a b\r\n",
+    b"cas a 0 0 1 999999999\r\nq\r\n",
+    b"cas nokey 0 0 1 1\r\nq\r\n",
+    b"cas a 0 0 1 abc\r\nq\r\n",
+    b"cas a 0 0 1\r\nq\r\n",
+    // item header edges
+    b"set f 4294967295 0 1\r\nx\r\nget f\r\n",
+    b"set f 4294967296 0 1\r\nx\r\nget f\r\n",
+    b"set f -1 0 1\r\nx\r\n",
+    b"set f 99999999999999999999 0 1\r\nx\r\n",
+    b"set f 0 -1 1\r\nx\r\nget f\r\n",
+    b"set f 0 2592001 1\r\nx\r\nget f\r\n",
+    b"set f 0 2000000000 1\r\nx\r\nget f\r\n",
+    b"set f 0 4294967296 1\r\nx\r\n",
+    b"set f 0 0 -1\r\nx\r\n",
+    b"set f 0 0 abc\r\nx\r\n",
+    b"set f 0 0 4294967296\r\n\r\n",
+    b"set f 0 0 3\r\nhello\r\n",
+    b"set f 0 0 3 noreply\r\nhello\r\n",
+    b"set f 0 0 0\r\n\r\nget f\r\n",
+    b"set f 0 0 4\r\nx\r\ny\r\nget f\r\n",
+    // keys
+    b"set llllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllll 0 0 1\r\nx\r\n",
+    b"set lllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllll 0 0 1\r\nx\r\n",
+    b"get a lllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllll b\r\n",
+    b"set c\x01\x7f 0 0 1\r\nx\r\nget c\x01\x7f\r\n",
+    b"get a\x00 b\r\n",
+    // multi-get across memcached's 24-token boundary
+    b"get a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a\r\n",
+    b"gets a b a b a b a b a b a b a b a b a b a b a b a b a b a b\r\n",
+    b"gat 0 a b a b a b a b a b a b a b a b a b a b a b a b a b a b\r\n",
+    // incr/decr
+    b"set n 0 0 3\r\n100\r\ndecr n 95\r\nget n\r\n",
+    b"set n 0 0 6\r\n12 abc\r\nincr n 1\r\nget n\r\n",
+    b"set n 0 0 20\r\n18446744073709551615\r\nincr n 1\r\nget n\r\n",
+    b"set n 0 0 1\r\n5\r\ndecr n 10\r\nincr n 18446744073709551615\r\n",
+    b"incr n -1\r\nincr n abc\r\nincr n 18446744073709551616\r\ndecr n 99999999999999999999\r\n",
+    b"set n 0 0 2\r\n-5\r\nincr n 1\r\n",
+    b"set n 0 0 0\r\n\r\nincr n 1\r\n",
+    b"incr nokey 1\r\ndecr nokey 1\r\nincr n\r\n",
+    b"set n 0 0 1\r\n7\r\nincr n 3 noreply\r\nget n\r\n",
+    // delete, touch, gat
+    b"delete a 0\r\ndelete a\r\ndelete b 1\r\ndelete b junk\r\ndelete b noreply\r\nget b\r\n",
+    b"set t 0 0 1\r\nx\r\ntouch t 1000\r\ntouch nokey 0\r\ntouch t -1\r\nget t\r\n",
+    b"set t 0 0 1\r\nx\r\ngat -1 t\r\nget t\r\n",
+    b"set t 0 0 1\r\nx\r\ngats 1000 t nokey\r\ngat abc t\r\n",
+    // admin
+    b"verbosity 1\r\nverbosity 0 noreply\r\nverbosity\r\n",
+    b"flush_all noreply\r\nget n\r\nflush_all 0\r\nflush_all abc\r\n",
+    b"shutdown\r\n",
+    // malformed lines
+    b"\r\n",
+    b"\n",
+    b"foo bar\r\n",
+    b"GET a\r\n",
+    b"get\r\nset\r\nset a\r\nset a 0\r\nset a 0 0\r\n",
+    b"set a 0 0 1 noreply extra\r\nq\r\n",
+    b"get a\nset a 0 0 1\nx\r\nget a\n",
+    b"set a 0 0 1\r\nx\r\nget a\r\ndelete a\r\nget a\r\nincr a 1\r\n",
+];
