@@ -1,1 +1,166 @@
-//! Storage engine.
+//! ferrocache's storage engine: a segment log of items plus a sharded hash index.
+//!
+//! It knows nothing about the memcached protocol or sockets; the server calls it with
+//! keys, values and a clock (`now`, seconds of server uptime).
+//!
+//! A tour of the rooms:
+//!
+//! | module      | what it holds                                                           |
+//! |-------------|-------------------------------------------------------------------------|
+//! | [`store`]   | [`Store`] and its builder: every public operation, stats               |
+//! | `index`     | the sharded hash index: `Mutex<Shard>` around a `HashTable<u64>`         |
+//! | `pool`      | the segment pool: free list, FIFO of sealed segments, writer groups      |
+//! | `evict`     | eviction of the oldest segment with second chance for accessed items     |
+//! | `item`      | the packed item header (byte layout diagram lives there)                 |
+//! | `segment`   | the only `unsafe` code: raw segment memory shared between threads        |
+//! | `arith`     | memcached incr/decr number parsing and formatting                        |
+//!
+//! The design (segment log, locking protocol, eviction, per-item byte cost) is written up
+//! in `docs/design.md` at the workspace root.
+
+mod arith;
+mod evict;
+mod index;
+mod item;
+mod pool;
+mod segment;
+pub mod store;
+
+pub use store::{Store, StoreBuilder};
+
+/// Seconds of server uptime. The server's clock starts at 1, so 0 never means "now".
+/// As an exptime, 0 means "never expires".
+pub type RelTime = u32;
+
+/// A view of a stored item, valid only inside the callback that receives it: the bytes
+/// are borrowed straight from segment memory while the item's index shard is locked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ItemRef<'a> {
+    /// The item's key.
+    pub key: &'a [u8],
+    /// The item's value (data block, without the trailing `\r\n`).
+    pub value: &'a [u8],
+    /// The client flags given when the item was stored.
+    pub flags: u32,
+    /// The item's CAS unique id.
+    pub cas: u64,
+}
+
+/// The result of a lookup. `Expired` and `Flushed` are misses too; they are told apart
+/// so that the server can count `get_expired` and `get_flushed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup<R> {
+    /// The item is live; the value is what the callback returned.
+    Hit(R),
+    /// No item under this key.
+    Miss,
+    /// The item had expired (it has now been unlinked).
+    Expired,
+    /// The item was invalidated by `flush_all` (it has now been unlinked).
+    Flushed,
+}
+
+impl<R> Lookup<R> {
+    /// The callback's result on a hit.
+    pub fn hit(self) -> Option<R> {
+        match self {
+            Lookup::Hit(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// True on a hit.
+    pub fn is_hit(&self) -> bool {
+        matches!(self, Lookup::Hit(_))
+    }
+}
+
+/// Which memcached storage command a [`Store::store`] call carries out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreMode {
+    /// Store unconditionally.
+    Set,
+    /// Store only if no live item exists.
+    Add,
+    /// Store only if a live item exists.
+    Replace,
+    /// Add the data after the existing value (flags and exptime are kept).
+    Append,
+    /// Add the data before the existing value (flags and exptime are kept).
+    Prepend,
+    /// Store only if the live item's CAS id equals the one given.
+    Cas(u64),
+}
+
+/// The outcome of a [`Store::store`] call, one variant per memcached reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreOutcome {
+    /// `STORED`
+    Stored,
+    /// `NOT_STORED`: add found an item, or replace/append/prepend found none.
+    NotStored,
+    /// `EXISTS`: cas found an item with another CAS id.
+    Exists,
+    /// `NOT_FOUND`: cas found no item.
+    NotFound,
+    /// `SERVER_ERROR out of memory storing object`: evictions are disabled and memory is full.
+    NoMemory,
+    /// `SERVER_ERROR object too large for cache`: the item can never fit a segment.
+    TooLarge,
+}
+
+/// The outcome of [`Store::incr_decr`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArithOutcome {
+    /// The new value.
+    Value(u64),
+    /// No live item under the key.
+    NotFound,
+    /// The stored value is not an unsigned decimal number.
+    NonNumeric,
+    /// A longer value had to be stored and memory is full (evictions disabled).
+    NoMemory,
+}
+
+/// Engine statistics, named after memcached's `stats` fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Live items.
+    pub curr_items: u64,
+    /// Items stored since start (or the last `stats reset`).
+    pub total_items: u64,
+    /// Bytes of live items: header + key + value.
+    pub bytes: u64,
+    /// Live items dropped to make room.
+    pub evictions: u64,
+    /// Expired items reclaimed that had never been fetched.
+    pub expired_unfetched: u64,
+    /// Evicted items that had never been fetched.
+    pub evicted_unfetched: u64,
+    /// Times the space of an expired item was reclaimed (by eviction or the sweeper).
+    pub reclaimed: u64,
+    /// The memory limit in bytes (memcached `-m`).
+    pub limit_maxbytes: u64,
+    /// Segments in use (holding data, or open for writing).
+    pub segments_used: u64,
+    /// Segments in the pool.
+    pub segments_total: u64,
+    /// Size of one segment in bytes.
+    pub segment_size: u64,
+    /// Live items kept by the second-chance rule when their segment was evicted.
+    pub items_retained: u64,
+}
+
+/// Why [`StoreBuilder::build`] refused a configuration.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BuildError {
+    /// The item size limit is below the smallest useful item.
+    #[error("item size limit of {0} bytes is too small (at least {min} bytes)", min = store::MIN_ITEM_SIZE_MAX_BYTES)]
+    ItemSizeTooSmall(usize),
+    /// The item size limit is above what the item header can describe.
+    #[error("item size limit of {0} bytes is too large (at most {max} bytes)", max = store::MAX_ITEM_SIZE_MAX_BYTES)]
+    ItemSizeTooLarge(usize),
+    /// More segments than the index entry can address.
+    #[error("memory limit of {0} bytes needs more segments than the index can address")]
+    MemoryTooLarge(usize),
+}

@@ -1,0 +1,272 @@
+//! Finding room: reservations in the open segment, eviction of the oldest segment with a
+//! second chance for accessed items, and the background expiry sweep.
+//!
+//! Eviction walks the oldest sealed segment item by item. For each item it locks the
+//! item's shard (one shard lock at a time, never two) and:
+//!
+//! ```text
+//!   not in the index (deleted, overwritten)   -> dead space, dropped
+//!   expired or flushed                        -> unlinked  (reclaimed, expired_unfetched)
+//!   accessed since written, within budget     -> moved down to the segment's front,
+//!                                                accessed bit cleared (second chance)
+//!   otherwise                                 -> unlinked  (evictions, evicted_unfetched)
+//! ```
+//!
+//! Survivors are compacted in place toward offset 0 (each move runs under the moved
+//! item's shard lock, and only ever over bytes already unlinked or moved), and the
+//! segment is reopened for writing after them. This is CLOCK over FIFO segments: an item
+//! read at least once per trip round the pool survives, so hot keys stay cached while the
+//! memory cost stays one bit per item. With evictions disabled (`-M`) the same walk keeps
+//! every live item and only reclaims dead and expired space.
+
+use std::sync::atomic::Ordering;
+
+use crate::index::{pack, Shard};
+use crate::item::{
+    self, Header, Prefix, MARK_ACCESSED, MARK_FETCHED, MUT_LEN, MUT_START, PREFIX_BYTES,
+};
+use crate::pool::{writer_id, Reservation};
+use crate::store::{Liveness, Store};
+use crate::RelTime;
+
+/// Buckets the sweep examines per shard lock hold, to keep lock hold times short.
+const SWEEP_CHUNK_BUCKETS: usize = 512;
+/// Least number of index buckets one sweep call examines.
+const SWEEP_MIN_BUCKETS: usize = 65_536;
+/// Most index buckets one sweep call examines (about 10-30 ms of one core when most
+/// buckets are full), so a once-a-second sweep costs at most a few percent of a core.
+const SWEEP_MAX_BUCKETS: usize = 262_144;
+
+impl Store {
+    /// Reserve `len` bytes in this thread's group's open segment, finding a new segment
+    /// if it is full. `None` only when evictions are disabled and memory is full.
+    /// Must be called with no shard lock held: it may evict.
+    pub(crate) fn reserve(&self, len: usize, now: RelTime) -> Option<Reservation> {
+        debug_assert!(len <= self.segment_size);
+        let group = &self.groups[writer_id() % self.groups.len()];
+        let mut active = group.lock();
+        // Two rounds: the open segment, then a freshly found one (which always fits).
+        for _ in 0..2 {
+            if let Some((seg, top)) = *active {
+                let end = top as usize + len;
+                if end <= self.segment_size {
+                    *active = Some((seg, end as u32));
+                    self.segments[seg as usize]
+                        .pending
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Some(Reservation {
+                        seg,
+                        off: top,
+                        len: len as u32,
+                    });
+                }
+                *active = None;
+                self.pool_lock().sealed.push_back((seg, top));
+            }
+            *active = Some(self.acquire_segment(len, now)?);
+        }
+        None
+    }
+
+    /// The reservation's writer is done (published or abandoned it).
+    #[inline]
+    pub(crate) fn release(&self, r: Reservation) {
+        self.segments[r.seg as usize]
+            .pending
+            .fetch_sub(1, Ordering::Release);
+    }
+
+    /// Turn an unpublished reservation into a padding record and release it.
+    pub(crate) fn abandon(&self, r: Reservation) {
+        // SAFETY: `r` is ours and unpublished (rule 1).
+        item::write_padding(unsafe { self.region(r) }, r.len as usize);
+        self.release(r);
+    }
+
+    /// A segment with at least `len` free bytes: (id, bytes used). Called with the group
+    /// lock held and no shard lock.
+    fn acquire_segment(&self, len: usize, now: RelTime) -> Option<(u32, u32)> {
+        let fresh = self.pool_lock().free.pop();
+        if let Some(seg) = fresh {
+            self.segments[seg as usize].mem.ensure_allocated();
+            return Some((seg, 0));
+        }
+        let size = self.segment_size;
+        if self.evictions {
+            // Retained items never take more than half a segment, nor the room `len` needs,
+            // so the first victim always has room; the loop is only defensive.
+            let budget = (size / 2).min(size - len);
+            for _ in 0..self.segments.len() {
+                let victim = self.pool_lock().sealed.pop_front()?;
+                let used = self.evict_segment(victim.0, victim.1, budget, false, now);
+                if used as usize + len <= size {
+                    return Some((victim.0, used));
+                }
+                self.pool_lock().sealed.push_back((victim.0, used));
+            }
+            None
+        } else {
+            // -M: compact the oldest segment that has enough dead space, keeping every
+            // live item. Expired items still counted live are left to the sweeper.
+            let candidate = {
+                let mut pool = self.pool_lock();
+                let at = pool.sealed.iter().position(|&(seg, _)| {
+                    let live = self.segments[seg as usize]
+                        .live_bytes
+                        .load(Ordering::Relaxed);
+                    size.saturating_sub(live as usize) >= len
+                });
+                at.and_then(|i| pool.sealed.remove(i))
+            };
+            let (seg, top) = candidate?;
+            let used = self.evict_segment(seg, top, usize::MAX, true, now);
+            if used as usize + len <= size {
+                Some((seg, used))
+            } else {
+                self.pool_lock().sealed.push_back((seg, used));
+                None
+            }
+        }
+    }
+
+    /// Walk sealed segment `seg` (bytes `0..top`), drop or keep each item, compact the
+    /// kept ones to the front and return how many bytes they take. `keep_all` keeps every
+    /// live item (no evictions); otherwise accessed items are kept up to `budget` bytes.
+    pub(crate) fn evict_segment(
+        &self,
+        seg: u32,
+        top: u32,
+        budget: usize,
+        keep_all: bool,
+        now: RelTime,
+    ) -> u32 {
+        let meta = &self.segments[seg as usize];
+        // Writers that reserved space before the segment was sealed finish quickly: they
+        // only need their own shard lock, and we hold none.
+        let mut spins = 0u32;
+        while meta.pending.load(Ordering::Acquire) != 0 {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let mem = &meta.mem;
+        let top = top as usize;
+        let (mut off, mut dest, mut kept) = (0usize, 0usize, 0usize);
+        while off < top {
+            // SAFETY: the segment is sealed and its writers are done, so we are its only
+            // writer; prefix and key are immutable and may be read without a lock (rule 3).
+            let p = Prefix::parse(unsafe { mem.bytes(off, PREFIX_BYTES) });
+            let len = p.total_len();
+            if p.is_padding() {
+                off += len;
+                continue;
+            }
+            // SAFETY: as above (rule 3). The borrow ends with the hash, before any move.
+            let h = crate::index::hash_key(self.seed, unsafe {
+                mem.bytes(off + p.key_offset(), p.klen)
+            });
+            let mut shard = self.shard_for(h).lock();
+            let Shard { table, stats, .. } = &mut *shard;
+            let me = pack(seg, off as u32);
+            if let Ok(mut o) = table.find_entry(h, |&e| e == me) {
+                let hdr: Header = self.header(me);
+                let fetched = hdr.mark & MARK_FETCHED != 0;
+                match self.liveness(&hdr, now) {
+                    Liveness::Expired | Liveness::Flushed => {
+                        o.remove();
+                        self.unlinked(stats, me);
+                        stats.reclaimed += 1;
+                        if !fetched {
+                            stats.expired_unfetched += 1;
+                        }
+                    }
+                    Liveness::Live
+                        if keep_all || (hdr.mark & MARK_ACCESSED != 0 && kept + len <= budget) =>
+                    {
+                        if dest != off {
+                            // SAFETY: we hold the item's shard lock (rule 2) and no borrow
+                            // of the segment; `dest..dest+len` covers only bytes already
+                            // unlinked or moved (everything below `off`) and this item.
+                            unsafe { mem.move_within(off, dest, len) };
+                            *o.get_mut() = pack(seg, dest as u32);
+                        }
+                        if !keep_all {
+                            // SAFETY: the item (now at `dest`) is ours under its lock.
+                            let w = unsafe { mem.bytes_mut(dest + MUT_START, MUT_LEN) };
+                            item::clear_mark(w, MARK_ACCESSED);
+                            stats.items_retained += 1;
+                            kept += len;
+                        }
+                        dest += len;
+                    }
+                    Liveness::Live => {
+                        o.remove();
+                        self.unlinked(stats, me);
+                        stats.evictions += 1;
+                        if !fetched {
+                            stats.evicted_unfetched += 1;
+                        }
+                    }
+                }
+            }
+            drop(shard);
+            off += len;
+        }
+        dest as u32
+    }
+
+    /// Background step for the server's maintenance thread (about once a second): walk a
+    /// bounded slice of the index and unlink up to `max_items` expired or flushed items.
+    /// Returns how many it unlinked. Resumes where the last call stopped.
+    ///
+    /// One call examines `4 * max_items` index buckets, clamped to 64 Ki..256 Ki, taking
+    /// each shard lock for at most 512 buckets at a time.
+    pub fn sweep_expired(&self, now: RelTime, max_items: usize) -> usize {
+        let mut budget = max_items
+            .saturating_mul(4)
+            .clamp(SWEEP_MIN_BUCKETS, SWEEP_MAX_BUCKETS);
+        let mut removed = 0;
+        let mut shards_done = 0;
+        while budget > 0 && removed < max_items && shards_done <= self.shards.len() {
+            let si = self.sweep_shard.load(Ordering::Relaxed) & self.shard_mask;
+            let mut shard = self.shards[si].lock();
+            let Shard {
+                table,
+                stats,
+                sweep_bucket,
+            } = &mut *shard;
+            let buckets = table.num_buckets();
+            let start = (*sweep_bucket).min(buckets);
+            let end = (start + SWEEP_CHUNK_BUCKETS.min(budget)).min(buckets);
+            let mut i = start;
+            while i < end && removed < max_items {
+                if let Ok(o) = table.get_bucket_entry(i) {
+                    let e = *o.get();
+                    let hdr = self.header(e);
+                    if self.liveness(&hdr, now) != Liveness::Live {
+                        o.remove();
+                        self.unlinked(stats, e);
+                        stats.reclaimed += 1;
+                        if hdr.mark & MARK_FETCHED == 0 {
+                            stats.expired_unfetched += 1;
+                        }
+                        removed += 1;
+                    }
+                }
+                i += 1;
+            }
+            budget = budget.saturating_sub(i - start).saturating_sub(1);
+            if i >= buckets {
+                *sweep_bucket = 0;
+                self.sweep_shard.store(si + 1, Ordering::Relaxed);
+                shards_done += 1;
+            } else {
+                *sweep_bucket = i;
+            }
+        }
+        removed
+    }
+}

@@ -1,0 +1,145 @@
+//! The sharded hash index: key hash -> packed item location.
+//!
+//! ```text
+//!  hash(key) ──bits 40..──> shard  (power of two, each its own cache line)
+//!      │
+//!      └─> Shard { Mutex { HashTable<u64>, per-shard counters } }
+//!                             │
+//!                             └─ entry: u64 ─┬─ bits 63..32: segment id
+//!                                            └─ bits 31..0 : byte offset in the segment
+//! ```
+//!
+//! The table stores only the 8-byte entry; the key lives in the segment and is compared
+//! there (hashbrown's 7-bit control tags filter out almost all non-matching probes
+//! first). Rehashing on growth re-reads each key from its segment, under the shard lock.
+//!
+//! Statistics that change with items (`curr_items`, `bytes`, `evictions`, ...) are kept
+//! per shard, under the same lock, so no global counter is touched per request.
+
+use std::sync::{Mutex, MutexGuard};
+
+use hashbrown::HashTable;
+
+/// Pack a location into an index entry.
+#[inline]
+pub(crate) fn pack(seg: u32, off: u32) -> u64 {
+    (u64::from(seg) << 32) | u64::from(off)
+}
+
+/// Unpack an index entry into (segment id, offset).
+#[inline]
+pub(crate) fn unpack(entry: u64) -> (u32, u32) {
+    ((entry >> 32) as u32, entry as u32)
+}
+
+/// Seeded 64-bit hash of a key: 8 bytes at a time, multiply-rotate, then a
+/// MurmurHash3 `fmix64` finaliser so that every output bit depends on every input bit
+/// (the shard uses high bits, hashbrown the low bits and the top 7).
+#[inline]
+pub(crate) fn hash_key(seed: u64, key: &[u8]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h = seed ^ (key.len() as u64).wrapping_mul(K);
+    let mut chunks = key.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_le_bytes(c.try_into().unwrap());
+        h = (h ^ w).wrapping_mul(K).rotate_left(31);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut buf = [0u8; 8];
+        buf[..rest.len()].copy_from_slice(rest);
+        h = (h ^ u64::from_le_bytes(buf))
+            .wrapping_mul(K)
+            .rotate_left(31);
+    }
+    fmix64(h)
+}
+
+#[inline]
+fn fmix64(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    h
+}
+
+/// Per-shard counters, kept under the shard lock.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ShardStats {
+    pub curr_items: u64,
+    pub bytes: u64,
+    pub total_items: u64,
+    pub evictions: u64,
+    pub expired_unfetched: u64,
+    pub evicted_unfetched: u64,
+    pub reclaimed: u64,
+    pub items_retained: u64,
+}
+
+/// One shard of the index.
+pub(crate) struct Shard {
+    pub table: HashTable<u64>,
+    pub stats: ShardStats,
+    /// Where the expiry sweep resumes in this shard's bucket array.
+    pub sweep_bucket: usize,
+}
+
+/// A shard on its own cache lines, so neighbouring locks do not false-share.
+#[repr(align(128))]
+pub(crate) struct ShardSlot(Mutex<Shard>);
+
+impl ShardSlot {
+    pub fn new() -> ShardSlot {
+        ShardSlot(Mutex::new(Shard {
+            table: HashTable::new(),
+            stats: ShardStats::default(),
+            sweep_bucket: 0,
+        }))
+    }
+
+    /// Lock the shard. A panic while holding a shard lock (only possible through a bug or
+    /// a panicking `get` callback) leaves the index consistent, so poisoning is ignored.
+    #[inline]
+    pub fn lock(&self) -> MutexGuard<'_, Shard> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_layout() {
+        assert_eq!(std::mem::size_of::<u64>(), 8);
+        assert_eq!(unpack(pack(7, 0xFFFF_FFF0)), (7, 0xFFFF_FFF0));
+        assert_eq!(unpack(pack(u32::MAX, 0)), (u32::MAX, 0));
+        assert_eq!(std::mem::align_of::<ShardSlot>(), 128);
+        assert_eq!(std::mem::size_of::<ShardSlot>(), 128);
+    }
+
+    #[test]
+    fn hash_depends_on_seed_and_every_byte() {
+        let a = hash_key(1, b"key:0001");
+        assert_ne!(a, hash_key(2, b"key:0001"));
+        assert_ne!(a, hash_key(1, b"key:0002"));
+        assert_ne!(hash_key(1, b"a"), hash_key(1, b"a\0"));
+        assert_ne!(hash_key(1, b""), hash_key(1, b"\0"));
+        assert_eq!(a, hash_key(1, b"key:0001"));
+    }
+
+    #[test]
+    fn hash_spreads_over_shards() {
+        let mut counts = [0u32; 64];
+        for i in 0..64_000u32 {
+            let h = hash_key(0, format!("key:{i}").as_bytes());
+            counts[((h >> 40) & 63) as usize] += 1;
+        }
+        assert!(
+            counts.iter().all(|&c| (800..1200).contains(&c)),
+            "{counts:?}"
+        );
+    }
+}

@@ -1,0 +1,115 @@
+//! The segment pool: per-segment bookkeeping, the free list, the FIFO of sealed segments
+//! and the writer groups that each append to one open ("active") segment.
+//!
+//! ```text
+//!   free list ──take──> active (one per writer group) ──full: seal──> sealed FIFO
+//!       ^                  ^                                              │
+//!       │                  └──── evicted segment, hot items compacted ────┘ (oldest first)
+//!   (only at start: segments are never given back to the allocator)
+//! ```
+//!
+//! A writer thread belongs to group `writer_id % groups`, so worker threads mostly bump
+//! pointers in different segments. The group mutex is held only to bump the offset, or,
+//! once per segment, while a new segment is found (which may evict the oldest one).
+//! The pool mutex is held only to push or pop a segment id: once per segment, never
+//! per request.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::segment::SegmentMem;
+
+/// Shared bookkeeping of one segment.
+pub(crate) struct SegmentMeta {
+    /// The bytes.
+    pub mem: SegmentMem,
+    /// Reservations handed out in this segment whose writer has not finished yet.
+    /// The evictor waits for 0 before it reads the segment.
+    pub pending: AtomicU32,
+    /// Bytes of items in this segment that the index still points to.
+    pub live_bytes: AtomicU64,
+}
+
+impl SegmentMeta {
+    pub fn new(len: usize) -> SegmentMeta {
+        SegmentMeta {
+            mem: SegmentMem::new(len),
+            pending: AtomicU32::new(0),
+            live_bytes: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Segments that are not open for writing.
+pub(crate) struct PoolState {
+    /// Never used yet (allocated on first use).
+    pub free: Vec<u32>,
+    /// Full segments, oldest first, each with the number of bytes written.
+    pub sealed: VecDeque<(u32, u32)>,
+}
+
+/// The open segment of one writer group: (segment id, bytes used), if any.
+#[repr(align(128))]
+pub(crate) struct GroupSlot(Mutex<Option<(u32, u32)>>);
+
+impl GroupSlot {
+    pub fn new() -> GroupSlot {
+        GroupSlot(Mutex::new(None))
+    }
+
+    #[inline]
+    pub fn lock(&self) -> MutexGuard<'_, Option<(u32, u32)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A region handed to one writer. It must be either published (linked into the index)
+/// or abandoned (overwritten by a padding record), then released, before the same thread
+/// reserves again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Reservation {
+    pub seg: u32,
+    pub off: u32,
+    pub len: u32,
+}
+
+static NEXT_WRITER: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static WRITER_ID: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// This thread's writer number (assigned round-robin on first use).
+#[inline]
+pub(crate) fn writer_id() -> usize {
+    WRITER_ID.with(|w| {
+        let mut id = w.get();
+        if id == usize::MAX {
+            id = NEXT_WRITER.fetch_add(1, Ordering::Relaxed);
+            w.set(id);
+        }
+        id
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout() {
+        assert_eq!(std::mem::size_of::<GroupSlot>(), 128);
+        assert_eq!(std::mem::size_of::<Reservation>(), 12);
+        assert!(std::mem::size_of::<SegmentMeta>() <= 40);
+    }
+
+    #[test]
+    fn writer_ids_are_stable_per_thread_and_distinct() {
+        let a = writer_id();
+        assert_eq!(a, writer_id());
+        let b = std::thread::spawn(writer_id).join().unwrap();
+        assert_ne!(a, b);
+    }
+}

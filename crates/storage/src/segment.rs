@@ -1,0 +1,201 @@
+//! Raw segment memory shared between threads: the only `unsafe` code in the crate.
+//!
+//! A segment is one fixed-size byte buffer, allocated zeroed on first use (so pages that
+//! were never written are not resident) and freed only when the store is dropped.
+//! Several threads touch one segment at once, each in its own byte range, so the buffer
+//! cannot be a `Box<[u8]>` behind `&`/`&mut`: it is a raw pointer, and each accessor hands
+//! out a borrow of exactly the range asked for.
+//!
+//! The accessors are `unsafe fn`s whose contract is the crate's locking protocol
+//! (see `docs/design.md`, "Who may touch which bytes"):
+//!
+//! 1. A reserved, unpublished region belongs to the writer that reserved it.
+//! 2. Bytes of a published item are written only under the lock of the shard that
+//!    indexes it, and its mutable bytes are read only under that lock.
+//! 3. An item's immutable prefix and key may be read without the lock by the evictor,
+//!    which owns the segment once it is sealed and its writers have finished.
+//!
+//! Bounds are always checked, so the only obligation left to callers is (1)-(3).
+
+use std::alloc::{self, Layout};
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// Alignment of a segment buffer. Kept at 16 so that `alloc_zeroed` maps to `calloc`,
+/// which gets fresh zero pages from `mmap` without touching them.
+const SEGMENT_ALIGN: usize = 16;
+
+/// One segment's bytes.
+pub(crate) struct SegmentMem {
+    ptr: AtomicPtr<u8>,
+    len: usize,
+}
+
+impl SegmentMem {
+    /// An unallocated segment of `len` bytes.
+    pub fn new(len: usize) -> SegmentMem {
+        assert!(len > 0);
+        SegmentMem {
+            ptr: AtomicPtr::new(ptr::null_mut()),
+            len,
+        }
+    }
+
+    /// Whether the buffer has been allocated.
+    pub fn is_allocated(&self) -> bool {
+        !self.ptr.load(Ordering::Acquire).is_null()
+    }
+
+    /// Allocate the buffer if this is its first use. Aborts on allocation failure, like
+    /// any other allocation in Rust.
+    pub fn ensure_allocated(&self) {
+        if self.is_allocated() {
+            return;
+        }
+        let layout = self.layout();
+        // SAFETY: `layout` has a non-zero size (asserted in `new`).
+        let p = unsafe { alloc::alloc_zeroed(layout) };
+        if p.is_null() {
+            alloc::handle_alloc_error(layout);
+        }
+        if self
+            .ptr
+            .compare_exchange(ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // Another thread won the race; give ours back.
+            // SAFETY: `p` was allocated just above with this layout and never shared.
+            unsafe { alloc::dealloc(p, layout) };
+        }
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::from_size_align(self.len, SEGMENT_ALIGN).expect("segment layout")
+    }
+
+    #[inline]
+    fn base(&self, off: usize, len: usize) -> NonNull<u8> {
+        assert!(
+            off <= self.len && len <= self.len - off,
+            "segment range {off}+{len} out of bounds ({})",
+            self.len
+        );
+        let p = self.ptr.load(Ordering::Acquire);
+        let p = NonNull::new(p).expect("segment not allocated");
+        // SAFETY: `off <= self.len` (checked above), so the result stays inside (or one
+        // past the end of) the allocation of `self.len` bytes.
+        unsafe { p.add(off) }
+    }
+
+    /// Borrow `len` bytes at `off` for reading.
+    ///
+    /// # Safety
+    /// No thread may write any byte of the range while the borrow lives (protocol rules
+    /// 2 and 3 in the module docs).
+    #[inline]
+    pub unsafe fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        let p = self.base(off, len);
+        // SAFETY: the range is in bounds of a live allocation that is initialised (it was
+        // zeroed), and the caller guarantees no concurrent writer for the borrow's life.
+        unsafe { std::slice::from_raw_parts(p.as_ptr(), len) }
+    }
+
+    /// Borrow `len` bytes at `off` for writing.
+    ///
+    /// # Safety
+    /// No other thread may read or write any byte of the range while the borrow lives,
+    /// and this thread must hold no other borrow overlapping it (protocol rules 1 and 2).
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn bytes_mut(&self, off: usize, len: usize) -> &mut [u8] {
+        let p = self.base(off, len);
+        // SAFETY: in bounds of a live, initialised allocation; the caller guarantees
+        // exclusive access to the range for the borrow's life.
+        unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len) }
+    }
+
+    /// Move `len` bytes from `src` to `dst` (ranges may overlap), as in `memmove`.
+    ///
+    /// # Safety
+    /// No other thread may touch either range during the call, and this thread holds no
+    /// borrow of them.
+    #[inline]
+    pub unsafe fn move_within(&self, src: usize, dst: usize, len: usize) {
+        let s = self.base(src, len);
+        let d = self.base(dst, len);
+        // SAFETY: both ranges are in bounds of the same live allocation (checked by
+        // `base`); `ptr::copy` allows overlap; the caller guarantees exclusive access.
+        unsafe { ptr::copy(s.as_ptr(), d.as_ptr(), len) }
+    }
+}
+
+impl Drop for SegmentMem {
+    fn drop(&mut self) {
+        let p = *self.ptr.get_mut();
+        if !p.is_null() {
+            // SAFETY: `p` came from `alloc_zeroed` with `self.layout()`, and `&mut self`
+            // means no borrow of the buffer is alive.
+            unsafe { alloc::dealloc(p, self.layout()) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lazily_allocated_and_zeroed() {
+        let s = SegmentMem::new(64);
+        assert!(!s.is_allocated());
+        s.ensure_allocated();
+        s.ensure_allocated();
+        assert!(s.is_allocated());
+        // SAFETY: single-threaded test, no other borrow.
+        assert!(unsafe { s.bytes(0, 64) }.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn write_read_and_move() {
+        let s = SegmentMem::new(32);
+        s.ensure_allocated();
+        // SAFETY: single-threaded test; the mutable borrow ends before the next access.
+        unsafe { s.bytes_mut(4, 4) }.copy_from_slice(b"abcd");
+        // SAFETY: as above.
+        unsafe { s.move_within(4, 2, 4) };
+        // SAFETY: as above.
+        assert_eq!(unsafe { s.bytes(2, 4) }, b"abcd");
+        // SAFETY: as above.
+        unsafe { s.move_within(2, 10, 4) };
+        // SAFETY: as above.
+        assert_eq!(unsafe { s.bytes(10, 4) }, b"abcd");
+    }
+
+    #[test]
+    fn disjoint_ranges_from_two_threads() {
+        let s = SegmentMem::new(16);
+        s.ensure_allocated();
+        std::thread::scope(|sc| {
+            // SAFETY: each thread borrows its own half; the halves do not overlap.
+            sc.spawn(|| unsafe { s.bytes_mut(0, 8) }.fill(1));
+            // SAFETY: as above.
+            sc.spawn(|| unsafe { s.bytes_mut(8, 8) }.fill(2));
+        });
+        // SAFETY: the threads have joined.
+        assert_eq!(unsafe { s.bytes(6, 4) }, &[1, 1, 2, 2]);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of bounds")]
+    fn out_of_bounds_panics() {
+        let s = SegmentMem::new(8);
+        s.ensure_allocated();
+        // SAFETY: single-threaded test (the call panics before borrowing).
+        let _ = unsafe { s.bytes(4, 5) };
+    }
+
+    #[test]
+    fn drop_unallocated_is_fine() {
+        drop(SegmentMem::new(8));
+    }
+}

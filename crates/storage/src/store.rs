@@ -1,0 +1,1245 @@
+//! The public face of the engine: [`Store`], its builder and every operation.
+//!
+//! Every operation hashes the key, locks one index shard and works on the item in its
+//! segment under that lock. Stores first reserve space in the writer group's open
+//! segment (with no shard lock held, because finding space may evict), copy the item
+//! in, then lock the shard to check the command's condition and publish the entry.
+//! Following memcached's naming rule, `do_*` helpers run with the shard lock held.
+
+use std::collections::hash_map::RandomState;
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use hashbrown::hash_table::Entry;
+
+use crate::arith;
+use crate::index::{hash_key, pack, unpack, Shard, ShardSlot, ShardStats};
+use crate::item::{
+    self, Header, NewItem, Prefix, MARK_ACCESSED, MARK_FETCHED, MAX_KEY_BYTES, MUT_LEN, MUT_START,
+    PREFIX_BYTES,
+};
+use crate::pool::{GroupSlot, PoolState, Reservation, SegmentMeta};
+use crate::segment::SegmentMem;
+use crate::{
+    ArithOutcome, BuildError, ItemRef, Lookup, RelTime, StoreMode, StoreOutcome, StoreStats,
+};
+
+/// Default memory limit (memcached `-m 64`).
+pub const DEFAULT_MEMORY_LIMIT_BYTES: usize = 64 << 20;
+/// Default item size limit (memcached `-I 1m`).
+pub const DEFAULT_ITEM_SIZE_MAX_BYTES: usize = 1 << 20;
+/// Smallest accepted item size limit (memcached's own floor is 1 KiB).
+pub const MIN_ITEM_SIZE_MAX_BYTES: usize = 1024;
+/// Largest accepted item size limit (memcached's own ceiling is 1 GiB).
+pub const MAX_ITEM_SIZE_MAX_BYTES: usize = 1 << 30;
+/// Smallest segment; larger when the item size limit is larger.
+pub const MIN_SEGMENT_BYTES: usize = 1 << 20;
+/// memcached's per-item overhead in its "object too large" check: a 48-byte `item`,
+/// 8 bytes of CAS, the key's NUL and the value's `\r\n`. [`Store::item_fits`] uses it so
+/// that the size limit falls on exactly the same byte as memcached's.
+pub const MEMCACHED_ITEM_OVERHEAD_BYTES: usize = 59;
+
+const SEGMENT_ROUND_BYTES: usize = 4096;
+const MAX_SHARDS: usize = 4096;
+
+/// The cache engine, shared by all worker threads through `Arc<Store>`.
+///
+/// No lock is global on the request path: a request takes one index shard lock, and a
+/// store also takes its writer group's lock for a pointer bump. The only shared atomic
+/// written per store is the CAS counter.
+pub struct Store {
+    pub(crate) seed: u64,
+    pub(crate) shards: Box<[ShardSlot]>,
+    pub(crate) shard_mask: usize,
+    pub(crate) segments: Box<[SegmentMeta]>,
+    pub(crate) segment_size: usize,
+    pub(crate) pool: Mutex<PoolState>,
+    pub(crate) groups: Box<[GroupSlot]>,
+    pub(crate) evictions: bool,
+    memory_limit: usize,
+    item_size_max: usize,
+    cas: Padded<AtomicU64>,
+    flush: Padded<FlushState>,
+    pub(crate) sweep_shard: AtomicUsize,
+}
+
+/// Keeps a hot atomic off its neighbours' cache lines.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// `flush_all` state, memcached's `settings.oldest_live` and `settings.oldest_cas`.
+struct FlushState {
+    oldest_live: AtomicU32,
+    oldest_cas: AtomicU64,
+}
+
+/// What a locked lookup found about an item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    Live,
+    Expired,
+    Flushed,
+}
+
+/// Consuming builder for [`Store`]: `Store::builder().memory_limit(bytes).build()?`.
+#[derive(Clone, Debug)]
+pub struct StoreBuilder {
+    memory_limit: usize,
+    item_size_max: usize,
+    evictions: bool,
+    shards: Option<usize>,
+}
+
+impl StoreBuilder {
+    /// Bytes of item memory (memcached `-m`, default 64 MiB). At least two segments are
+    /// always made, so a tiny limit is rounded up to two segments.
+    pub fn memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = bytes;
+        self
+    }
+
+    /// Largest item in bytes, counted as memcached counts it (memcached `-I`, default 1 MiB).
+    pub fn item_size_max(mut self, bytes: usize) -> Self {
+        self.item_size_max = bytes;
+        self
+    }
+
+    /// Whether to evict when memory is full (`false` is memcached `-M`: stores then fail
+    /// with [`StoreOutcome::NoMemory`]).
+    pub fn evictions(mut self, enabled: bool) -> Self {
+        self.evictions = enabled;
+        self
+    }
+
+    /// Number of index shards (rounded up to a power of two, at most 4096). By default it
+    /// scales with memory: one per segment, between 16 and 256.
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = Some(n);
+        self
+    }
+
+    /// Build the store. Segment memory is not touched until it is first written.
+    pub fn build(self) -> Result<Store, BuildError> {
+        if self.item_size_max < MIN_ITEM_SIZE_MAX_BYTES {
+            return Err(BuildError::ItemSizeTooSmall(self.item_size_max));
+        }
+        if self.item_size_max > MAX_ITEM_SIZE_MAX_BYTES {
+            return Err(BuildError::ItemSizeTooLarge(self.item_size_max));
+        }
+        // memcached's size rule (see `item_fits`) keeps every accepted item at least 33
+        // bytes below `item_size_max` in our format, so a segment of `item_size_max`
+        // bytes holds any accepted item.
+        let segment_size = self
+            .item_size_max
+            .max(MIN_SEGMENT_BYTES)
+            .next_multiple_of(SEGMENT_ROUND_BYTES);
+        let count = (self.memory_limit / segment_size).max(2);
+        if count > u32::MAX as usize {
+            return Err(BuildError::MemoryTooLarge(self.memory_limit));
+        }
+        let shards = match self.shards {
+            Some(n) => n.clamp(1, MAX_SHARDS).next_power_of_two(),
+            None => count.next_power_of_two().clamp(16, 256),
+        };
+        let groups = (count / 8).clamp(1, 8);
+        Ok(Store {
+            seed: RandomState::new().hash_one(0x5EED_u64),
+            shards: (0..shards).map(|_| ShardSlot::new()).collect(),
+            shard_mask: shards - 1,
+            segments: (0..count).map(|_| SegmentMeta::new(segment_size)).collect(),
+            segment_size,
+            pool: Mutex::new(PoolState {
+                free: (0..count as u32).rev().collect(),
+                sealed: VecDeque::with_capacity(count),
+            }),
+            groups: (0..groups).map(|_| GroupSlot::new()).collect(),
+            evictions: self.evictions,
+            memory_limit: self.memory_limit,
+            item_size_max: self.item_size_max,
+            cas: Padded(AtomicU64::new(0)),
+            flush: Padded(FlushState {
+                oldest_live: AtomicU32::new(0),
+                oldest_cas: AtomicU64::new(0),
+            }),
+            sweep_shard: AtomicUsize::new(0),
+        })
+    }
+}
+
+impl Store {
+    /// Start configuring a store (defaults: memcached's `-m 64 -I 1m`, evictions on).
+    pub fn builder() -> StoreBuilder {
+        StoreBuilder {
+            memory_limit: DEFAULT_MEMORY_LIMIT_BYTES,
+            item_size_max: DEFAULT_ITEM_SIZE_MAX_BYTES,
+            evictions: true,
+            shards: None,
+        }
+    }
+
+    /// Whether an item of this shape may be stored: the key is 1..=255 bytes and
+    /// `59 + key + value (+ 4 if flags != 0) <= item_size_max`, memcached 1.6's own rule.
+    /// The server can call this before reading a data block, to swallow an oversized one.
+    pub fn item_fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
+        let flag_bytes = if flags != 0 { item::FLAGS_BYTES } else { 0 };
+        (1..=MAX_KEY_BYTES).contains(&key_len)
+            && value_len <= item::MAX_VALUE_BYTES
+            && MEMCACHED_ITEM_OVERHEAD_BYTES + key_len + value_len + flag_bytes
+                <= self.item_size_max
+            && item::item_len(key_len, value_len, flags != 0) <= self.segment_size
+    }
+
+    /// The item size limit this store was built with.
+    pub fn item_size_max(&self) -> usize {
+        self.item_size_max
+    }
+
+    /// Bytes per segment.
+    pub fn segment_size(&self) -> usize {
+        self.segment_size
+    }
+
+    /// Look up `key`; on a hit call `f` with the item and mark it fetched and accessed.
+    /// `f` runs under the shard lock: it must be short (copy the bytes out, nothing more).
+    pub fn get<R>(&self, key: &[u8], now: RelTime, f: impl FnOnce(ItemRef<'_>) -> R) -> Lookup<R> {
+        self.get_inner(key, None, now, f)
+    }
+
+    /// memcached `gat`/`gats`: on a hit, set the new exptime first, then call `f`.
+    pub fn get_and_touch<R>(
+        &self,
+        key: &[u8],
+        exptime: RelTime,
+        now: RelTime,
+        f: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> Lookup<R> {
+        self.get_inner(key, Some(exptime), now, f)
+    }
+
+    fn get_inner<R>(
+        &self,
+        key: &[u8],
+        exptime: Option<RelTime>,
+        now: RelTime,
+        f: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> Lookup<R> {
+        let h = hash_key(self.seed, key);
+        let mut shard = self.shard_for(h).lock();
+        let (e, hdr) = match self.do_find_live(&mut shard, h, key, now) {
+            Ok(found) => found,
+            Err(miss) => return miss.map_never(),
+        };
+        {
+            // SAFETY: we hold the lock of the shard indexing `e` (rule 2), and the borrow
+            // covers only the mutable window; it ends before the shared borrow below.
+            let w = unsafe { self.mut_window(e) };
+            item::set_mark(w, MARK_FETCHED | MARK_ACCESSED);
+            if let Some(t) = exptime {
+                item::set_exptime(w, t);
+            }
+        }
+        // SAFETY: shard lock held (rule 2); nobody writes the item while we hold it.
+        let bytes = unsafe { self.item_bytes(e) };
+        let result = f(item_ref(bytes, &hdr));
+        drop(shard);
+        Lookup::Hit(result)
+    }
+
+    /// memcached set/add/replace/append/prepend/cas; see [`StoreMode`] for each rule.
+    ///
+    /// Every successful store takes a new CAS id from one global counter. `TooLarge` when
+    /// [`Store::item_fits`] refuses the item; `NoMemory` only with evictions disabled.
+    /// Append and prepend keep the item's flags and exptime; if the joined item would be
+    /// too large or finds no memory they answer `NotStored`, as memcached does.
+    pub fn store(
+        &self,
+        mode: StoreMode,
+        key: &[u8],
+        flags: u32,
+        exptime: RelTime,
+        value: &[u8],
+        now: RelTime,
+    ) -> StoreOutcome {
+        self.store_cas(mode, key, flags, exptime, value, now).0
+    }
+
+    /// Like [`Store::store`], also returning the new CAS id (0 unless `Stored`).
+    pub fn store_cas(
+        &self,
+        mode: StoreMode,
+        key: &[u8],
+        flags: u32,
+        exptime: RelTime,
+        value: &[u8],
+        now: RelTime,
+    ) -> (StoreOutcome, u64) {
+        if !self.item_fits(key.len(), value.len(), flags) {
+            return (StoreOutcome::TooLarge, 0);
+        }
+        match mode {
+            StoreMode::Append => self.concat(key, value, true, now),
+            StoreMode::Prepend => self.concat(key, value, false, now),
+            _ => self.store_whole(mode, key, flags, exptime, value, now),
+        }
+    }
+
+    /// set/add/replace/cas: the new item does not depend on the old one.
+    fn store_whole(
+        &self,
+        mode: StoreMode,
+        key: &[u8],
+        flags: u32,
+        exptime: RelTime,
+        value: &[u8],
+        now: RelTime,
+    ) -> (StoreOutcome, u64) {
+        let h = hash_key(self.seed, key);
+        let slot = self.shard_for(h);
+        if mode != StoreMode::Set {
+            // Check first, so a refused add/replace/cas burns no segment space.
+            let mut shard = slot.lock();
+            let live_cas = self
+                .do_find_live(&mut shard, h, key, now)
+                .ok()
+                .map(|(_, hd)| hd.cas);
+            if let Some(refused) = condition(mode, live_cas) {
+                return (refused, 0);
+            }
+        }
+        let new = NewItem {
+            klen: key.len(),
+            vlen: value.len(),
+            flags,
+            exptime,
+            time: now,
+            cas: 0,
+        };
+        let Some(r) = self.reserve(new.total_len(), now) else {
+            return (StoreOutcome::NoMemory, 0);
+        };
+        {
+            // SAFETY: the region is reserved for us and not yet published (rule 1).
+            let b = unsafe { self.region(r) };
+            let ko = new.write_header(b);
+            b[ko..ko + key.len()].copy_from_slice(key);
+            b[ko + key.len()..].copy_from_slice(value);
+        }
+        let mut shard = slot.lock();
+        let Shard { table, stats, .. } = &mut *shard;
+        let entry = table.entry(h, |&e| self.key_eq(e, key), |&e| self.hash_entry(e));
+        let live_cas = match &entry {
+            Entry::Occupied(o) => {
+                let hd = self.header(*o.get());
+                (self.liveness(&hd, now) == Liveness::Live).then_some(hd.cas)
+            }
+            Entry::Vacant(_) => None,
+        };
+        if let Some(refused) = condition(mode, live_cas) {
+            if let Entry::Occupied(o) = entry {
+                if live_cas.is_none() {
+                    let (old, _) = o.remove();
+                    self.unlinked(stats, old);
+                }
+            }
+            drop(shard);
+            self.abandon(r);
+            return (refused, 0);
+        }
+        let cas = self.publish(r, entry, stats);
+        drop(shard);
+        self.release(r);
+        (StoreOutcome::Stored, cas)
+    }
+
+    /// append/prepend: a new item holding old value and new data, in either order.
+    fn concat(&self, key: &[u8], data: &[u8], append: bool, now: RelTime) -> (StoreOutcome, u64) {
+        let h = hash_key(self.seed, key);
+        let slot = self.shard_for(h);
+        loop {
+            let (old_e, old) = {
+                let mut shard = slot.lock();
+                match self.do_find_live(&mut shard, h, key, now) {
+                    Ok(found) => found,
+                    Err(_) => return (StoreOutcome::NotStored, 0),
+                }
+            };
+            let old_vlen = old.prefix.vlen;
+            let vlen = old_vlen + data.len();
+            if !self.item_fits(key.len(), vlen, old.flags) {
+                return (StoreOutcome::NotStored, 0);
+            }
+            let new = NewItem {
+                klen: key.len(),
+                vlen,
+                flags: old.flags,
+                exptime: old.exptime,
+                time: now,
+                cas: 0,
+            };
+            let Some(r) = self.reserve(new.total_len(), now) else {
+                return (StoreOutcome::NotStored, 0);
+            };
+            let vo = {
+                // SAFETY: the region is reserved for us and not yet published (rule 1).
+                let b = unsafe { self.region(r) };
+                let ko = new.write_header(b);
+                b[ko..ko + key.len()].copy_from_slice(key);
+                let vo = ko + key.len();
+                let at = if append { vo + old_vlen } else { vo };
+                b[at..at + data.len()].copy_from_slice(data);
+                vo
+            };
+            let mut shard = slot.lock();
+            let Shard { table, stats, .. } = &mut *shard;
+            let entry = table.entry(h, |&e| self.key_eq(e, key), |&e| self.hash_entry(e));
+            if !self.unchanged(&entry, old_e, old.cas, now) {
+                // Changed (or expired) between our two looks: start again.
+                drop(shard);
+                self.abandon(r);
+                continue;
+            }
+            // A touch in between keeps the CAS id but may have moved the exptime.
+            self.copy_exptime(r, old_e);
+            {
+                // SAFETY: shard lock held, so the old item's bytes are stable (rule 2).
+                let old_bytes = unsafe { self.item_bytes(old_e) };
+                let old_value = &old_bytes[old_bytes.len() - old_vlen..];
+                // SAFETY: our own unpublished region (rule 1); it does not overlap the old
+                // item, which is published elsewhere.
+                let b = unsafe { self.region(r) };
+                let at = if append { vo } else { vo + data.len() };
+                b[at..at + old_vlen].copy_from_slice(old_value);
+            }
+            let cas = self.publish(r, entry, stats);
+            drop(shard);
+            self.release(r);
+            return (StoreOutcome::Stored, cas);
+        }
+    }
+
+    /// Delete a live item; false if there was none (an expired one is unlinked too).
+    pub fn delete(&self, key: &[u8], now: RelTime) -> bool {
+        let h = hash_key(self.seed, key);
+        let mut shard = self.shard_for(h).lock();
+        let Shard { table, stats, .. } = &mut *shard;
+        let Ok(o) = table.find_entry(h, |&e| self.key_eq(e, key)) else {
+            return false;
+        };
+        let live = self.liveness(&self.header(*o.get()), now) == Liveness::Live;
+        let (old, _) = o.remove();
+        self.unlinked(stats, old);
+        live
+    }
+
+    /// Set a live item's exptime; false if there is none.
+    pub fn touch(&self, key: &[u8], exptime: RelTime, now: RelTime) -> bool {
+        let h = hash_key(self.seed, key);
+        let mut shard = self.shard_for(h).lock();
+        match self.do_find_live(&mut shard, h, key, now) {
+            Ok((e, _)) => {
+                // SAFETY: shard lock held (rule 2); only the mutable window is borrowed.
+                let w = unsafe { self.mut_window(e) };
+                item::set_exptime(w, exptime);
+                item::set_mark(w, MARK_FETCHED | MARK_ACCESSED);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// memcached incr/decr; see the `arith` module for the exact number rules.
+    pub fn incr_decr(&self, key: &[u8], delta: u64, incr: bool, now: RelTime) -> ArithOutcome {
+        let h = hash_key(self.seed, key);
+        let slot = self.shard_for(h);
+        let mut buf = [0u8; arith::MAX_DIGITS];
+        loop {
+            let mut shard = slot.lock();
+            let (e, hdr) = match self.do_find_live(&mut shard, h, key, now) {
+                Ok(found) => found,
+                Err(_) => return ArithOutcome::NotFound,
+            };
+            let vlen = hdr.prefix.vlen;
+            let (value, digits) = {
+                // SAFETY: shard lock held (rule 2).
+                let bytes = unsafe { self.item_bytes(e) };
+                let old = &bytes[bytes.len() - vlen..];
+                if old.is_empty() {
+                    return ArithOutcome::NonNumeric;
+                }
+                let Some(n) = arith::parse_u64(old) else {
+                    return ArithOutcome::NonNumeric;
+                };
+                let value = arith::apply(n, delta, incr);
+                (value, arith::format_u64(value, &mut buf))
+            };
+            if digits.len() <= vlen {
+                let (seg, off) = unpack(e);
+                let item_len = hdr.prefix.total_len();
+                // SAFETY: shard lock held (rule 2); the value range is inside the item and
+                // no other borrow of it is alive.
+                let v = unsafe {
+                    self.mem(seg)
+                        .bytes_mut(off as usize + item_len - vlen, vlen)
+                };
+                arith::write_in_place(v, digits);
+                // SAFETY: as above, the mutable header window only.
+                let w = unsafe { self.mut_window(e) };
+                item::set_cas(w, self.next_cas());
+                item::set_time(w, now);
+                return ArithOutcome::Value(value);
+            }
+            drop(shard);
+            // The digits outgrew the value: store a new item with exactly the digits.
+            let new = NewItem {
+                klen: key.len(),
+                vlen: digits.len(),
+                flags: hdr.flags,
+                exptime: hdr.exptime,
+                time: now,
+                cas: 0,
+            };
+            let Some(r) = self.reserve(new.total_len(), now) else {
+                return ArithOutcome::NoMemory;
+            };
+            {
+                // SAFETY: the region is reserved for us and not yet published (rule 1).
+                let b = unsafe { self.region(r) };
+                let ko = new.write_header(b);
+                b[ko..ko + key.len()].copy_from_slice(key);
+                b[ko + key.len()..].copy_from_slice(digits);
+            }
+            let mut shard = slot.lock();
+            let Shard { table, stats, .. } = &mut *shard;
+            let entry = table.entry(h, |&e| self.key_eq(e, key), |&e| self.hash_entry(e));
+            if !self.unchanged(&entry, e, hdr.cas, now) {
+                drop(shard);
+                self.abandon(r);
+                continue;
+            }
+            self.copy_exptime(r, e);
+            self.publish(r, entry, stats);
+            drop(shard);
+            self.release(r);
+            return ArithOutcome::Value(value);
+        }
+    }
+
+    /// memcached `flush_all`, with `oldest_live` already converted by the server.
+    /// Items stored at or before `oldest_live` (or, for an immediate flush, with a CAS
+    /// older than the flush) read as [`Lookup::Flushed`] once `oldest_live <= now`.
+    pub fn flush_all(&self, oldest_live: RelTime, now: RelTime) {
+        let f = &self.flush.0;
+        if oldest_live <= now {
+            f.oldest_cas.store(self.next_cas(), Ordering::Release);
+        }
+        f.oldest_live.store(oldest_live, Ordering::Release);
+    }
+
+    /// Statistics, summed over the shards (each locked briefly in turn).
+    pub fn stats(&self) -> StoreStats {
+        let mut sum = ShardStats::default();
+        for slot in self.shards.iter() {
+            let s = slot.lock().stats;
+            sum.curr_items += s.curr_items;
+            sum.bytes += s.bytes;
+            sum.total_items += s.total_items;
+            sum.evictions += s.evictions;
+            sum.expired_unfetched += s.expired_unfetched;
+            sum.evicted_unfetched += s.evicted_unfetched;
+            sum.reclaimed += s.reclaimed;
+            sum.items_retained += s.items_retained;
+        }
+        let free = self.pool_lock().free.len();
+        StoreStats {
+            curr_items: sum.curr_items,
+            total_items: sum.total_items,
+            bytes: sum.bytes,
+            evictions: sum.evictions,
+            expired_unfetched: sum.expired_unfetched,
+            evicted_unfetched: sum.evicted_unfetched,
+            reclaimed: sum.reclaimed,
+            limit_maxbytes: self.memory_limit as u64,
+            segments_used: (self.segments.len() - free) as u64,
+            segments_total: self.segments.len() as u64,
+            segment_size: self.segment_size as u64,
+            items_retained: sum.items_retained,
+        }
+    }
+
+    /// memcached `stats reset`: zero the counters, not the gauges (`curr_items`, `bytes`).
+    pub fn reset_stats(&self) {
+        for slot in self.shards.iter() {
+            let s = &mut slot.lock().stats;
+            *s = ShardStats {
+                curr_items: s.curr_items,
+                bytes: s.bytes,
+                ..ShardStats::default()
+            };
+        }
+    }
+
+    // ---- helpers shared with `evict` ------------------------------------------------
+
+    #[inline]
+    pub(crate) fn shard_for(&self, h: u64) -> &ShardSlot {
+        &self.shards[(h >> 40) as usize & self.shard_mask]
+    }
+
+    #[inline]
+    pub(crate) fn mem(&self, seg: u32) -> &SegmentMem {
+        &self.segments[seg as usize].mem
+    }
+
+    #[inline]
+    pub(crate) fn pool_lock(&self) -> MutexGuard<'_, PoolState> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new CAS id: unique and strictly increasing across all keys.
+    #[inline]
+    pub(crate) fn next_cas(&self) -> u64 {
+        self.cas.0.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The whole item at `e`.
+    ///
+    /// # Safety
+    /// The caller holds the lock of the shard whose index holds `e` (rule 2).
+    #[inline]
+    pub(crate) unsafe fn item_bytes(&self, e: u64) -> &[u8] {
+        let (seg, off) = unpack(e);
+        let mem = self.mem(seg);
+        // SAFETY: the prefix is immutable once published; the caller holds the lock.
+        let p = Prefix::parse(unsafe { mem.bytes(off as usize, PREFIX_BYTES) });
+        // SAFETY: as above: under the shard lock nobody writes the item (rule 2).
+        unsafe { mem.bytes(off as usize, p.total_len()) }
+    }
+
+    /// The mutable header window (`mark`, `exptime`, `time`, `cas`) of the item at `e`.
+    ///
+    /// # Safety
+    /// The caller holds the lock of the shard whose index holds `e`, and holds no other
+    /// borrow of the item (rule 2).
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn mut_window(&self, e: u64) -> &mut [u8] {
+        let (seg, off) = unpack(e);
+        // SAFETY: forwarded to the caller.
+        unsafe { self.mem(seg).bytes_mut(off as usize + MUT_START, MUT_LEN) }
+    }
+
+    /// The bytes of a reservation.
+    ///
+    /// # Safety
+    /// `r` is this thread's unpublished reservation (rule 1), not borrowed elsewhere.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn region(&self, r: Reservation) -> &mut [u8] {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.mem(r.seg).bytes_mut(r.off as usize, r.len as usize) }
+    }
+
+    /// Header of an indexed item. Call only under the item's shard lock.
+    #[inline]
+    pub(crate) fn header(&self, e: u64) -> Header {
+        // SAFETY: every caller runs inside a shard-locked section, on an entry found in
+        // that shard's table (rule 2).
+        Header::parse(unsafe { self.item_bytes(e) })
+    }
+
+    /// Whether the indexed item `e` has key `key`. Used as the table's `eq` under the lock.
+    #[inline]
+    pub(crate) fn key_eq(&self, e: u64, key: &[u8]) -> bool {
+        let (seg, off) = unpack(e);
+        let mem = self.mem(seg);
+        // SAFETY: prefix and key are immutable once published (rules 2 and 3), and `e`
+        // is in the index, so its segment is not being reused.
+        let p = Prefix::parse(unsafe { mem.bytes(off as usize, PREFIX_BYTES) });
+        p.klen == key.len()
+            // SAFETY: as above.
+            && unsafe { mem.bytes(off as usize + p.key_offset(), p.klen) } == key
+    }
+
+    /// Hash of the key of indexed item `e`, for the table's rehash under the lock.
+    #[inline]
+    pub(crate) fn hash_entry(&self, e: u64) -> u64 {
+        let (seg, off) = unpack(e);
+        let mem = self.mem(seg);
+        // SAFETY: prefix and key are immutable once published, and `e` is in the index.
+        let p = Prefix::parse(unsafe { mem.bytes(off as usize, PREFIX_BYTES) });
+        // SAFETY: as above.
+        hash_key(self.seed, unsafe {
+            mem.bytes(off as usize + p.key_offset(), p.klen)
+        })
+    }
+
+    /// memcached's `item_is_flushed`, then its expiry check.
+    #[inline]
+    pub(crate) fn liveness(&self, hdr: &Header, now: RelTime) -> Liveness {
+        let f = &self.flush.0;
+        let oldest_live = f.oldest_live.load(Ordering::Acquire);
+        if oldest_live != 0 && oldest_live <= now {
+            let oldest_cas = f.oldest_cas.load(Ordering::Acquire);
+            if hdr.time <= oldest_live || (oldest_cas != 0 && hdr.cas < oldest_cas) {
+                return Liveness::Flushed;
+            }
+        }
+        if item::is_expired(hdr.exptime, now) {
+            Liveness::Expired
+        } else {
+            Liveness::Live
+        }
+    }
+
+    /// Find the live item for `key` in a locked shard. An expired or flushed item is
+    /// unlinked on the way and reported as such.
+    pub(crate) fn do_find_live(
+        &self,
+        shard: &mut Shard,
+        h: u64,
+        key: &[u8],
+        now: RelTime,
+    ) -> Result<(u64, Header), Lookup<std::convert::Infallible>> {
+        let Shard { table, stats, .. } = shard;
+        let Ok(o) = table.find_entry(h, |&e| self.key_eq(e, key)) else {
+            return Err(Lookup::Miss);
+        };
+        let e = *o.get();
+        let hdr = self.header(e);
+        match self.liveness(&hdr, now) {
+            Liveness::Live => Ok((e, hdr)),
+            gone => {
+                o.remove();
+                self.unlinked(stats, e);
+                Err(if gone == Liveness::Expired {
+                    Lookup::Expired
+                } else {
+                    Lookup::Flushed
+                })
+            }
+        }
+    }
+
+    /// Account for entry `e` having been removed from a locked shard.
+    #[inline]
+    pub(crate) fn unlinked(&self, stats: &mut ShardStats, e: u64) {
+        let (seg, _) = unpack(e);
+        // SAFETY: called right after `e` was removed, still under the shard lock, so the
+        // item bytes are unchanged and its segment not reused (rule 2).
+        let len = Prefix::parse(unsafe { self.mem(seg).bytes(unpack(e).1 as usize, PREFIX_BYTES) })
+            .total_len() as u64;
+        stats.curr_items -= 1;
+        stats.bytes -= len;
+        self.segments[seg as usize]
+            .live_bytes
+            .fetch_sub(len, Ordering::Relaxed);
+    }
+
+    /// Under the shard lock: whether `entry` still holds the same live item version that
+    /// was read before the lock was dropped (same location and same CAS id).
+    fn unchanged(&self, entry: &Entry<'_, u64>, e: u64, cas: u64, now: RelTime) -> bool {
+        match entry {
+            Entry::Occupied(o) if *o.get() == e => {
+                let cur = self.header(e);
+                cur.cas == cas && self.liveness(&cur, now) == Liveness::Live
+            }
+            _ => false,
+        }
+    }
+
+    /// Under the shard lock: copy the current exptime of item `e` into reservation `r`.
+    fn copy_exptime(&self, r: Reservation, e: u64) {
+        let exptime = self.header(e).exptime;
+        // SAFETY: `r` is still unpublished and ours (rule 1); only its header window.
+        let w = unsafe {
+            self.mem(r.seg)
+                .bytes_mut(r.off as usize + MUT_START, MUT_LEN)
+        };
+        item::set_exptime(w, exptime);
+    }
+
+    /// Stamp a fresh CAS id on the written reservation `r` and point `entry` at it.
+    /// Runs under the shard lock; returns the CAS id.
+    fn publish(&self, r: Reservation, entry: Entry<'_, u64>, stats: &mut ShardStats) -> u64 {
+        let cas = self.next_cas();
+        // SAFETY: `r` is still unpublished and ours (rule 1); only its header window.
+        let w = unsafe {
+            self.mem(r.seg)
+                .bytes_mut(r.off as usize + MUT_START, MUT_LEN)
+        };
+        item::set_cas(w, cas);
+        let new_e = pack(r.seg, r.off);
+        match entry {
+            Entry::Occupied(mut o) => {
+                let old = std::mem::replace(o.get_mut(), new_e);
+                self.unlinked(stats, old);
+            }
+            Entry::Vacant(v) => {
+                v.insert(new_e);
+            }
+        }
+        stats.curr_items += 1;
+        stats.total_items += 1;
+        stats.bytes += u64::from(r.len);
+        self.segments[r.seg as usize]
+            .live_bytes
+            .fetch_add(u64::from(r.len), Ordering::Relaxed);
+        cas
+    }
+}
+
+/// Whether `mode` refuses to store, given the live item's CAS id (if any).
+#[inline]
+fn condition(mode: StoreMode, live_cas: Option<u64>) -> Option<StoreOutcome> {
+    match (mode, live_cas) {
+        (StoreMode::Add, Some(_)) => Some(StoreOutcome::NotStored),
+        (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
+            Some(StoreOutcome::NotStored)
+        }
+        (StoreMode::Cas(_), None) => Some(StoreOutcome::NotFound),
+        (StoreMode::Cas(want), Some(have)) if want != have => Some(StoreOutcome::Exists),
+        _ => None,
+    }
+}
+
+/// The callback's view of an item.
+#[inline]
+fn item_ref<'a>(bytes: &'a [u8], hdr: &Header) -> ItemRef<'a> {
+    let ko = hdr.prefix.key_offset();
+    let vo = ko + hdr.prefix.klen;
+    ItemRef {
+        key: &bytes[ko..vo],
+        value: &bytes[vo..],
+        flags: hdr.flags,
+        cas: hdr.cas,
+    }
+}
+
+impl Lookup<std::convert::Infallible> {
+    /// Re-type a miss.
+    #[inline]
+    fn map_never<R>(self) -> Lookup<R> {
+        match self {
+            Lookup::Hit(never) => match never {},
+            Lookup::Miss => Lookup::Miss,
+            Lookup::Expired => Lookup::Expired,
+            Lookup::Flushed => Lookup::Flushed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: RelTime = 100;
+
+    fn store() -> Store {
+        Store::builder().memory_limit(4 << 20).build().unwrap()
+    }
+
+    fn get(s: &Store, key: &[u8], now: RelTime) -> Option<(Vec<u8>, u32, u64)> {
+        s.get(key, now, |it| (it.value.to_vec(), it.flags, it.cas))
+            .hit()
+    }
+
+    fn set(s: &Store, key: &[u8], value: &[u8]) -> StoreOutcome {
+        s.store(StoreMode::Set, key, 0, 0, value, NOW)
+    }
+
+    #[test]
+    fn store_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Store>();
+    }
+
+    #[test]
+    fn set_then_get() {
+        let s = store();
+        assert_eq!(s.get(b"k", NOW, |_| ()), Lookup::Miss);
+        assert_eq!(
+            s.store(StoreMode::Set, b"k", 7, 0, b"hello", NOW),
+            StoreOutcome::Stored
+        );
+        let (v, flags, cas) = get(&s, b"k", NOW).unwrap();
+        assert_eq!((v.as_slice(), flags), (&b"hello"[..], 7));
+        assert!(cas > 0);
+        assert_eq!(s.get(b"k", NOW, |it| it.key.to_vec()).hit().unwrap(), b"k");
+        assert_eq!(set(&s, b"k", b""), StoreOutcome::Stored);
+        assert_eq!(get(&s, b"k", NOW).unwrap().0, b"");
+        let st = s.stats();
+        assert_eq!((st.curr_items, st.total_items), (1, 2));
+        assert_eq!(st.bytes, item::item_len(1, 0, false) as u64);
+    }
+
+    #[test]
+    fn add_outcomes() {
+        let s = store();
+        assert_eq!(
+            s.store(StoreMode::Add, b"k", 0, 0, b"1", NOW),
+            StoreOutcome::Stored
+        );
+        assert_eq!(
+            s.store(StoreMode::Add, b"k", 0, 0, b"2", NOW),
+            StoreOutcome::NotStored
+        );
+        assert_eq!(get(&s, b"k", NOW).unwrap().0, b"1");
+        // An expired item does not block add.
+        s.store(StoreMode::Set, b"e", 0, NOW, b"old", NOW - 1);
+        assert_eq!(
+            s.store(StoreMode::Add, b"e", 0, 0, b"new", NOW),
+            StoreOutcome::Stored
+        );
+        assert_eq!(get(&s, b"e", NOW).unwrap().0, b"new");
+        assert_eq!(s.stats().curr_items, 2);
+    }
+
+    #[test]
+    fn replace_outcomes() {
+        let s = store();
+        assert_eq!(
+            s.store(StoreMode::Replace, b"k", 0, 0, b"1", NOW),
+            StoreOutcome::NotStored
+        );
+        assert_eq!(get(&s, b"k", NOW), None);
+        set(&s, b"k", b"1");
+        assert_eq!(
+            s.store(StoreMode::Replace, b"k", 3, 0, b"2", NOW),
+            StoreOutcome::Stored
+        );
+        assert_eq!(get(&s, b"k", NOW).unwrap().0, b"2");
+        assert_eq!(get(&s, b"k", NOW).unwrap().1, 3);
+    }
+
+    #[test]
+    fn cas_outcomes() {
+        let s = store();
+        assert_eq!(
+            s.store(StoreMode::Cas(1), b"k", 0, 0, b"1", NOW),
+            StoreOutcome::NotFound
+        );
+        let (out, cas) = s.store_cas(StoreMode::Set, b"k", 0, 0, b"1", NOW);
+        assert_eq!(out, StoreOutcome::Stored);
+        assert_eq!(get(&s, b"k", NOW).unwrap().2, cas);
+        assert_eq!(
+            s.store(StoreMode::Cas(cas + 100), b"k", 0, 0, b"2", NOW),
+            StoreOutcome::Exists
+        );
+        let (out, cas2) = s.store_cas(StoreMode::Cas(cas), b"k", 0, 0, b"3", NOW);
+        assert_eq!(out, StoreOutcome::Stored);
+        assert!(cas2 > cas);
+        assert_eq!(
+            s.store(StoreMode::Cas(cas), b"k", 0, 0, b"4", NOW),
+            StoreOutcome::Exists
+        );
+        assert_eq!(get(&s, b"k", NOW).unwrap().0, b"3");
+        // cas on an expired item is NotFound.
+        s.store(StoreMode::Set, b"e", 0, NOW, b"x", NOW - 1);
+        let c = s.get(b"e", NOW - 1, |it| it.cas).hit().unwrap();
+        assert_eq!(
+            s.store(StoreMode::Cas(c), b"e", 0, 0, b"y", NOW),
+            StoreOutcome::NotFound
+        );
+    }
+
+    #[test]
+    fn append_prepend_keep_flags_and_exptime() {
+        let s = store();
+        assert_eq!(
+            s.store(StoreMode::Append, b"k", 0, 0, b"x", NOW),
+            StoreOutcome::NotStored
+        );
+        assert_eq!(
+            s.store(StoreMode::Prepend, b"k", 0, 0, b"x", NOW),
+            StoreOutcome::NotStored
+        );
+        let (_, c0) = s.store_cas(StoreMode::Set, b"k", 42, NOW + 10, b"mid", NOW);
+        let (out, c1) = s.store_cas(StoreMode::Append, b"k", 1, 0, b">>", NOW);
+        assert_eq!(out, StoreOutcome::Stored);
+        assert!(c1 > c0);
+        assert_eq!(
+            s.store(StoreMode::Prepend, b"k", 2, 0, b"<<", NOW),
+            StoreOutcome::Stored
+        );
+        let (v, flags, c2) = get(&s, b"k", NOW).unwrap();
+        assert_eq!((v.as_slice(), flags), (&b"<<mid>>"[..], 42));
+        assert!(c2 > c1);
+        // The exptime was kept: gone at NOW + 10.
+        assert_eq!(s.get(b"k", NOW + 10, |_| ()), Lookup::Expired);
+        assert_eq!(s.stats().curr_items, 0);
+    }
+
+    #[test]
+    fn append_too_large_is_not_stored() {
+        let s = Store::builder()
+            .memory_limit(4 << 20)
+            .item_size_max(2048)
+            .build()
+            .unwrap();
+        let big = vec![b'a'; 1500];
+        assert_eq!(
+            s.store(StoreMode::Set, b"k", 0, 0, &big, NOW),
+            StoreOutcome::Stored
+        );
+        assert_eq!(
+            s.store(StoreMode::Append, b"k", 0, 0, &big, NOW),
+            StoreOutcome::NotStored
+        );
+        assert_eq!(get(&s, b"k", NOW).unwrap().0.len(), 1500);
+    }
+
+    #[test]
+    fn too_large_follows_memcached_rule() {
+        let s = Store::builder()
+            .memory_limit(4 << 20)
+            .item_size_max(2048)
+            .build()
+            .unwrap();
+        let max = 2048 - MEMCACHED_ITEM_OVERHEAD_BYTES - 1;
+        assert!(s.item_fits(1, max, 0));
+        assert!(!s.item_fits(1, max + 1, 0));
+        assert!(!s.item_fits(1, max, 5), "non-zero flags cost 4 bytes");
+        assert!(!s.item_fits(0, 1, 0));
+        assert!(!s.item_fits(256, 1, 0));
+        assert_eq!(
+            s.store(StoreMode::Set, b"k", 0, 0, &vec![0; max], NOW),
+            StoreOutcome::Stored
+        );
+        assert_eq!(
+            s.store(StoreMode::Set, b"k", 0, 0, &vec![0; max + 1], NOW),
+            StoreOutcome::TooLarge
+        );
+        // The default store takes a value of almost 1 MiB.
+        let d = store();
+        let v = vec![7u8; (1 << 20) - 100];
+        assert_eq!(
+            d.store(StoreMode::Set, b"big", 0, 0, &v, NOW),
+            StoreOutcome::Stored
+        );
+        assert_eq!(get(&d, b"big", NOW).unwrap().0, v);
+    }
+
+    #[test]
+    fn cas_ids_are_unique_and_increasing() {
+        let s = store();
+        let mut last = 0;
+        for i in 0..100u32 {
+            let key = format!("k{}", i % 7);
+            let (out, cas) = s.store_cas(StoreMode::Set, key.as_bytes(), 0, 0, b"v", NOW);
+            assert_eq!(out, StoreOutcome::Stored);
+            assert!(cas > last);
+            last = cas;
+        }
+        assert!(matches!(
+            s.incr_decr(b"k0", 1, true, NOW),
+            ArithOutcome::NonNumeric
+        ));
+        set(&s, b"n", b"1");
+        let before = get(&s, b"n", NOW).unwrap().2;
+        assert_eq!(s.incr_decr(b"n", 1, true, NOW), ArithOutcome::Value(2));
+        assert!(get(&s, b"n", NOW).unwrap().2 > before);
+    }
+
+    #[test]
+    fn delete_and_touch() {
+        let s = store();
+        assert!(!s.delete(b"k", NOW));
+        assert!(!s.touch(b"k", 0, NOW));
+        set(&s, b"k", b"v");
+        assert!(s.touch(b"k", NOW + 5, NOW));
+        assert!(get(&s, b"k", NOW + 4).is_some());
+        assert_eq!(s.get(b"k", NOW + 5, |_| ()), Lookup::Expired);
+        set(&s, b"k", b"v");
+        assert!(s.delete(b"k", NOW));
+        assert!(!s.delete(b"k", NOW));
+        assert_eq!(get(&s, b"k", NOW), None);
+        assert_eq!(s.stats().curr_items, 0);
+        assert_eq!(s.stats().bytes, 0);
+    }
+
+    #[test]
+    fn expiry_rules() {
+        let s = store();
+        s.store(StoreMode::Set, b"never", 0, 0, b"v", NOW);
+        s.store(StoreMode::Set, b"soon", 0, NOW + 1, b"v", NOW);
+        s.store(StoreMode::Set, b"past", 0, NOW, b"v", NOW);
+        assert!(get(&s, b"never", u32::MAX).is_some());
+        assert!(get(&s, b"soon", NOW).is_some());
+        assert_eq!(s.get(b"soon", NOW + 1, |_| ()), Lookup::Expired);
+        assert_eq!(s.get(b"soon", NOW + 1, |_| ()), Lookup::Miss);
+        assert_eq!(s.get(b"past", NOW, |_| ()), Lookup::Expired);
+        assert!(!s.touch(b"past", 0, NOW));
+    }
+
+    #[test]
+    fn get_and_touch_sets_exptime_first() {
+        let s = store();
+        assert_eq!(s.get_and_touch(b"k", 0, NOW, |_| ()), Lookup::Miss);
+        s.store(StoreMode::Set, b"k", 0, NOW + 1, b"v", NOW);
+        let got = s.get_and_touch(b"k", NOW + 50, NOW, |it| it.value.to_vec());
+        assert_eq!(got, Lookup::Hit(b"v".to_vec()));
+        assert!(get(&s, b"k", NOW + 49).is_some());
+        assert_eq!(s.get_and_touch(b"k", 0, NOW + 50, |_| ()), Lookup::Expired);
+        // gat with exptime 0 makes the item permanent.
+        s.store(StoreMode::Set, b"p", 0, NOW + 1, b"v", NOW);
+        assert!(s.get_and_touch(b"p", 0, NOW, |_| ()).is_hit());
+        assert!(get(&s, b"p", NOW + 1000).is_some());
+    }
+
+    fn value_of(s: &Store, key: &[u8]) -> Vec<u8> {
+        get(s, key, NOW).unwrap().0
+    }
+
+    #[test]
+    fn incr_decr_edges() {
+        let s = store();
+        assert_eq!(s.incr_decr(b"n", 1, true, NOW), ArithOutcome::NotFound);
+        s.store(StoreMode::Set, b"n", 9, NOW + 100, b"100", NOW);
+        assert_eq!(s.incr_decr(b"n", 1, false, NOW), ArithOutcome::Value(99));
+        assert_eq!(value_of(&s, b"n"), b"99 ");
+        assert_eq!(s.incr_decr(b"n", 1, true, NOW), ArithOutcome::Value(100));
+        assert_eq!(value_of(&s, b"n"), b"100");
+        assert_eq!(s.incr_decr(b"n", 900, true, NOW), ArithOutcome::Value(1000));
+        assert_eq!(
+            value_of(&s, b"n"),
+            b"1000",
+            "longer result: exactly the digits"
+        );
+        assert_eq!(get(&s, b"n", NOW).unwrap().1, 9, "flags kept");
+        assert_eq!(
+            s.get(b"n", NOW + 100, |_| ()),
+            Lookup::Expired,
+            "exptime kept"
+        );
+
+        s.store(StoreMode::Set, b"n", 0, 0, b"5", NOW);
+        assert_eq!(s.incr_decr(b"n", 10, false, NOW), ArithOutcome::Value(0));
+        assert_eq!(value_of(&s, b"n"), b"0");
+
+        s.store(StoreMode::Set, b"n", 0, 0, b"18446744073709551615", NOW);
+        assert_eq!(s.incr_decr(b"n", 2, true, NOW), ArithOutcome::Value(1));
+        assert_eq!(value_of(&s, b"n"), b"1                   ");
+        assert_eq!(s.incr_decr(b"n", 1, true, NOW), ArithOutcome::Value(2));
+
+        s.store(StoreMode::Set, b"n", 0, 0, b"  7  ", NOW);
+        assert_eq!(s.incr_decr(b"n", 1, true, NOW), ArithOutcome::Value(8));
+        assert_eq!(value_of(&s, b"n"), b"8    ");
+
+        for bad in [
+            &b"-5"[..],
+            b"",
+            b"abc",
+            b"12a",
+            b"   ",
+            b"99999999999999999999999",
+        ] {
+            s.store(StoreMode::Set, b"bad", 0, 0, bad, NOW);
+            assert_eq!(
+                s.incr_decr(b"bad", 1, true, NOW),
+                ArithOutcome::NonNumeric,
+                "{bad:?}"
+            );
+            assert_eq!(value_of(&s, b"bad"), bad);
+        }
+    }
+
+    #[test]
+    fn flush_all_immediate() {
+        let s = store();
+        set(&s, b"a", b"1");
+        set(&s, b"b", b"2");
+        s.flush_all(NOW, NOW);
+        assert_eq!(s.get(b"a", NOW, |_| ()), Lookup::Flushed);
+        assert_eq!(s.get(b"a", NOW, |_| ()), Lookup::Miss);
+        assert_eq!(
+            s.store(StoreMode::Replace, b"b", 0, 0, b"x", NOW),
+            StoreOutcome::NotStored
+        );
+        // Stored after the flush, in the same second: the CAS check spares it... but
+        // `time <= oldest_live` still catches it when oldest_live == now, exactly as in
+        // memcached (whose server passes now - 1 for an immediate flush).
+        s.flush_all(NOW - 1, NOW);
+        set(&s, b"c", b"3");
+        assert!(get(&s, b"c", NOW).is_some());
+        assert!(get(&s, b"c", NOW + 10).is_some());
+        assert_eq!(s.sweep_expired(NOW, 100), 0);
+    }
+
+    #[test]
+    fn flush_all_delayed() {
+        let s = store();
+        set(&s, b"a", b"1");
+        s.flush_all(NOW + 10, NOW);
+        assert!(get(&s, b"a", NOW + 9).is_some());
+        s.store(StoreMode::Set, b"b", 0, 0, b"2", NOW + 5);
+        s.store(StoreMode::Set, b"c", 0, 0, b"3", NOW + 11);
+        assert_eq!(s.get(b"a", NOW + 10, |_| ()), Lookup::Flushed);
+        assert_eq!(s.get(b"b", NOW + 10, |_| ()), Lookup::Flushed);
+        assert!(get(&s, b"c", NOW + 11).is_some());
+    }
+
+    #[test]
+    fn flush_consumes_a_cas_id() {
+        let s = store();
+        let (_, c1) = s.store_cas(StoreMode::Set, b"a", 0, 0, b"1", NOW);
+        s.flush_all(NOW - 1, NOW);
+        let (_, c2) = s.store_cas(StoreMode::Set, b"a", 0, 0, b"1", NOW);
+        assert_eq!(c2, c1 + 2);
+        s.flush_all(NOW + 100, NOW);
+        let (_, c3) = s.store_cas(StoreMode::Set, b"a", 0, 0, b"1", NOW);
+        assert_eq!(c3, c2 + 1, "a delayed flush takes no CAS id");
+    }
+
+    #[test]
+    fn sweep_unlinks_expired_items() {
+        let s = store();
+        for i in 0..1000u32 {
+            let exp = if i % 2 == 0 { NOW + 1 } else { 0 };
+            s.store(
+                StoreMode::Set,
+                format!("k{i}").as_bytes(),
+                0,
+                exp,
+                b"v",
+                NOW,
+            );
+        }
+        assert_eq!(s.sweep_expired(NOW, 10_000), 0);
+        assert_eq!(s.sweep_expired(NOW + 1, 100), 100);
+        let mut total = 100;
+        for _ in 0..100 {
+            total += s.sweep_expired(NOW + 1, 10_000);
+        }
+        assert_eq!(total, 500);
+        let st = s.stats();
+        assert_eq!(st.curr_items, 500);
+        assert_eq!(st.expired_unfetched, 500);
+        assert_eq!(st.reclaimed, 500);
+        s.reset_stats();
+        let st = s.stats();
+        assert_eq!((st.curr_items, st.total_items, st.reclaimed), (500, 0, 0));
+    }
+
+    #[test]
+    fn builder_validates() {
+        assert_eq!(
+            Store::builder().item_size_max(10).build().err(),
+            Some(BuildError::ItemSizeTooSmall(10))
+        );
+        assert!(Store::builder().item_size_max(2 << 30).build().is_err());
+        let s = Store::builder().memory_limit(1).build().unwrap();
+        assert_eq!(s.stats().segments_total, 2);
+        let s = Store::builder()
+            .item_size_max(4 << 20)
+            .memory_limit(64 << 20)
+            .shards(100)
+            .build()
+            .unwrap();
+        assert_eq!(s.segment_size(), 4 << 20);
+        assert_eq!(s.stats().segments_total, 16);
+        assert_eq!(s.shards.len(), 128);
+        assert_eq!(s.stats().segments_used, 0, "segments are allocated lazily");
+    }
+}

@@ -1,0 +1,237 @@
+//! Cross-module tests of memory bounds, eviction, second chance and `-M`.
+
+use storage::{Lookup, RelTime, Store, StoreMode, StoreOutcome};
+
+const NOW: RelTime = 10;
+
+/// A small deterministic PRNG (xorshift64*), so the tests need no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Value sizes between 20 B and 500 KB, mostly small, like a real mix.
+    fn size(&mut self) -> usize {
+        match self.next() % 10 {
+            0 => 100_000 + (self.next() % 400_000) as usize,
+            1 | 2 => 1_000 + (self.next() % 20_000) as usize,
+            _ => 20 + (self.next() % 500) as usize,
+        }
+    }
+}
+
+fn fill(value: &mut Vec<u8>, len: usize, tag: u64) {
+    value.clear();
+    value.extend((0..len).map(|i| (tag as usize).wrapping_add(i) as u8));
+}
+
+#[test]
+fn mixed_sizes_far_past_the_limit_never_fail_and_stay_bounded() {
+    let limit = 8 << 20;
+    let s = Store::builder().memory_limit(limit).build().unwrap();
+    let mut rng = Rng(7);
+    let mut value = Vec::new();
+    let mut written = 0usize;
+    let mut i = 0u64;
+    while written < 80 << 20 {
+        let len = rng.size();
+        fill(&mut value, len, i);
+        let key = format!("key:{}", i % 5000);
+        assert_eq!(
+            s.store(StoreMode::Set, key.as_bytes(), 0, 0, &value, NOW),
+            StoreOutcome::Stored,
+            "store #{i} of {len} bytes"
+        );
+        written += len;
+        i += 1;
+        if i % 97 == 0 {
+            let st = s.stats();
+            assert!(st.segments_used * st.segment_size <= limit as u64);
+            assert!(st.bytes <= limit as u64);
+        }
+    }
+    let st = s.stats();
+    assert!(st.evictions > 0);
+    assert!(st.evicted_unfetched > 0);
+    assert_eq!(st.segments_used, st.segments_total);
+    // Every hit returns exactly what was last written under that key.
+    let mut hits = 0;
+    for k in 0..5000u64 {
+        let key = format!("key:{k}");
+        let ok = s.get(key.as_bytes(), NOW, |it| {
+            let tag = it.value.first().copied().unwrap_or(0);
+            it.value
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b == tag.wrapping_add(i as u8))
+        });
+        if let Lookup::Hit(ok) = ok {
+            assert!(ok, "{key} corrupt");
+            hits += 1;
+        }
+    }
+    assert!(hits > 10, "something survives ({hits})");
+    assert_eq!(s.stats().curr_items, hits);
+}
+
+#[test]
+fn hot_keys_survive_better_than_cold_ones() {
+    let s = Store::builder().memory_limit(4 << 20).build().unwrap();
+    let value = [b'x'; 200];
+    // Hot and cold keys are written once, together, at the start.
+    let hot: Vec<String> = (0..200).map(|i| format!("hot:{i}")).collect();
+    let early_cold: Vec<String> = (0..200).map(|i| format!("early:{i}")).collect();
+    for (h, c) in hot.iter().zip(&early_cold) {
+        s.store(StoreMode::Set, h.as_bytes(), 0, 0, &value, NOW);
+        s.store(StoreMode::Set, c.as_bytes(), 0, 0, &value, NOW);
+    }
+    // Then ~10x the memory in new keys; the hot keys are read now and then (never
+    // rewritten), the early cold ones never.
+    let mut hot_reads = 0;
+    let mut hot_hits = 0;
+    for i in 0..200_000u32 {
+        let k = format!("cold:{i}");
+        let out = s.store(StoreMode::Set, k.as_bytes(), 0, 0, &value, NOW);
+        assert_eq!(out, StoreOutcome::Stored);
+        if i % 2000 == 0 {
+            for k in &hot {
+                hot_reads += 1;
+                hot_hits += usize::from(s.get(k.as_bytes(), NOW, |_| ()).is_hit());
+            }
+        }
+    }
+    let alive = |keys: &[String]| {
+        keys.iter()
+            .filter(|k| s.get(k.as_bytes(), NOW, |_| ()).is_hit())
+            .count()
+    };
+    let (hot_alive, cold_alive) = (alive(&hot), alive(&early_cold));
+    let st = s.stats();
+    assert_eq!(hot_hits, hot_reads, "every read of a hot key hit");
+    assert_eq!(hot_alive, hot.len(), "all hot keys kept");
+    assert_eq!(cold_alive, 0, "cold keys written at the same time are gone");
+    assert!(st.evictions > 0 && st.items_retained > 0);
+}
+
+#[test]
+fn no_evictions_mode_returns_no_memory_when_full() {
+    let s = Store::builder()
+        .memory_limit(2 << 20)
+        .evictions(false)
+        .build()
+        .unwrap();
+    let value = vec![b'v'; 10_000];
+    let mut stored = 0;
+    let mut outcome = StoreOutcome::Stored;
+    for i in 0..1000 {
+        outcome = s.store(
+            StoreMode::Set,
+            format!("k{i}").as_bytes(),
+            0,
+            0,
+            &value,
+            NOW,
+        );
+        if outcome != StoreOutcome::Stored {
+            break;
+        }
+        stored += 1;
+    }
+    assert_eq!(outcome, StoreOutcome::NoMemory);
+    assert!(stored > 150, "{stored}");
+    assert_eq!(s.stats().evictions, 0);
+    assert!(s.get(b"k0", NOW, |_| ()).is_hit(), "nothing was evicted");
+    // Deleting makes room again (dead space is compacted away).
+    for i in 0..stored / 2 {
+        assert!(s.delete(format!("k{i}").as_bytes(), NOW));
+    }
+    assert_eq!(
+        s.store(StoreMode::Set, b"again", 0, 0, &value, NOW),
+        StoreOutcome::Stored
+    );
+    assert!(s
+        .get(format!("k{}", stored - 1).as_bytes(), NOW, |_| ())
+        .is_hit());
+    // Expired items are reclaimed too once the sweeper has unlinked them.
+    let s = Store::builder()
+        .memory_limit(2 << 20)
+        .evictions(false)
+        .build()
+        .unwrap();
+    let mut i = 0;
+    while s.store(
+        StoreMode::Set,
+        format!("e{i}").as_bytes(),
+        0,
+        NOW + 1,
+        &value,
+        NOW,
+    ) == StoreOutcome::Stored
+    {
+        i += 1;
+    }
+    while s.sweep_expired(NOW + 1, 1000) > 0 {}
+    assert_eq!(
+        s.store(StoreMode::Set, b"fresh", 0, 0, &value, NOW + 1),
+        StoreOutcome::Stored
+    );
+    assert!(s.stats().reclaimed > 0);
+}
+
+#[test]
+fn overwrites_in_place_of_a_full_store_keep_working_with_no_evictions() {
+    // With -M, rewriting the same keys forever must not run out: dead space is reclaimed.
+    let s = Store::builder()
+        .memory_limit(2 << 20)
+        .evictions(false)
+        .build()
+        .unwrap();
+    let value = vec![b'v'; 1000];
+    for i in 0..20_000u32 {
+        let k = format!("k{}", i % 300);
+        assert_eq!(
+            s.store(StoreMode::Set, k.as_bytes(), 0, 0, &value, NOW),
+            StoreOutcome::Stored,
+            "#{i}"
+        );
+    }
+    assert_eq!(s.stats().curr_items, 300);
+}
+
+#[test]
+fn expired_space_is_reclaimed_by_eviction() {
+    let s = Store::builder().memory_limit(2 << 20).build().unwrap();
+    let value = vec![b'v'; 1000];
+    for i in 0..5000u32 {
+        s.store(
+            StoreMode::Set,
+            format!("k{i}").as_bytes(),
+            0,
+            NOW + 1,
+            &value,
+            NOW,
+        );
+    }
+    let st = s.stats();
+    assert!(st.reclaimed > 0 || st.evictions > 0);
+    let before = s.stats().evictions;
+    for i in 0..5000u32 {
+        s.store(
+            StoreMode::Set,
+            format!("n{i}").as_bytes(),
+            0,
+            0,
+            &value,
+            NOW + 1,
+        );
+    }
+    let st = s.stats();
+    assert!(st.reclaimed > 0);
+    assert!(st.expired_unfetched > 0);
+    assert!(st.evictions >= before);
+}
