@@ -17,6 +17,18 @@
 //!
 //! The design (segment log, locking protocol, eviction, per-item byte cost) is written up
 //! in `docs/design.md` at the workspace root.
+//!
+//! ```
+//! use storage::{Lookup, Store, StoreMode, StoreOutcome};
+//!
+//! let store = Store::builder().memory_limit(8 << 20).build().unwrap();
+//! let now = 1; // seconds of server uptime
+//! assert_eq!(store.store(StoreMode::Set, b"greeting", 0, 0, b"hello", now), StoreOutcome::Stored);
+//! let mut out = Vec::new();
+//! let hit = store.get(b"greeting", now, |item| out.extend_from_slice(item.value));
+//! assert_eq!(hit, Lookup::Hit(()));
+//! assert_eq!(out, b"hello");
+//! ```
 
 mod arith;
 mod evict;

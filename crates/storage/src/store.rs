@@ -1157,9 +1157,8 @@ mod tests {
             s.store(StoreMode::Replace, b"b", 0, 0, b"x", NOW),
             StoreOutcome::NotStored
         );
-        // Stored after the flush, in the same second: the CAS check spares it... but
-        // `time <= oldest_live` still catches it when oldest_live == now, exactly as in
-        // memcached (whose server passes now - 1 for an immediate flush).
+        // memcached's server passes `now - 1` for an immediate flush: items stored later in
+        // the same second have a newer time and CAS id, so they survive.
         s.flush_all(NOW - 1, NOW);
         set(&s, b"c", b"3");
         assert!(get(&s, b"c", NOW).is_some());

@@ -98,6 +98,7 @@ fn concurrent_set_get_never_tears() {
         .collect();
     let hits: u32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
     assert!(hits > 1000, "{hits}");
+    assert!(s.stats().evictions > 0, "eviction ran during the test");
 }
 
 #[test]
