@@ -77,17 +77,29 @@ impl Client {
     /// Writes `bytes` as several writes of 1..=`max_piece` bytes. With `pause`, some pieces
     /// are followed by a short pause so the server really sees them apart.
     pub fn send_in_pieces(&mut self, bytes: &[u8], rng: &mut Rng, max_piece: usize, pause: bool) {
+        self.try_send_in_pieces(bytes, rng, max_piece, pause)
+            .unwrap_or_else(|e| panic!("write: {e}"));
+    }
+
+    pub fn try_send_in_pieces(
+        &mut self,
+        bytes: &[u8],
+        rng: &mut Rng,
+        max_piece: usize,
+        pause: bool,
+    ) -> io::Result<()> {
         let mut rest = bytes;
         while !rest.is_empty() {
             // Large values go in larger pieces, so a 1 MB value is not 100 k writes.
             let max = max_piece.max(rest.len() / 16).max(1);
             let n = (1 + rng.below(max as u64) as usize).min(rest.len());
-            self.send(&rest[..n]);
+            self.try_send(&rest[..n])?;
             rest = &rest[n..];
             if pause && rng.chance(0.25) {
                 thread::sleep(Duration::from_micros(50 + rng.below(300)));
             }
         }
+        Ok(())
     }
 
     /// Reads until `done(all bytes so far)` holds, the server closes, or `timeout` passes.

@@ -14,7 +14,7 @@
 mod client;
 mod rng;
 
-pub use client::{escape, Client, Ending, Reply};
+pub use client::{escape, Client, Ending, Reply, READ_TIMEOUT};
 pub use rng::Rng;
 
 use std::collections::{HashMap, HashSet};

@@ -47,12 +47,19 @@ pub enum Part {
 #[derive(Clone, Debug, Default)]
 pub struct Step {
     pub parts: Vec<Part>,
+    /// Must reach the server in one piece: a get/gets/gat/gats with a key over 250 bytes
+    /// makes memcached drop every reply it has not sent yet (`conn_release_items`), and a
+    /// get-family command is the only thing that sends replies in the middle of a read. So
+    /// which earlier replies of the step survive depends on how the server's reads split
+    /// the step; written at once (and small), the step is read at once.
+    pub whole: bool,
 }
 
 impl Step {
     pub fn from_bytes(bytes: &[u8]) -> Step {
         Step {
             parts: vec![Part::Bytes(bytes.to_vec())],
+            whole: false,
         }
     }
 
@@ -69,6 +76,17 @@ impl Step {
             }
         }
         out
+    }
+
+    /// The step's size so far (CAS tokens counted at their longest).
+    fn len(&self) -> usize {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                Part::Bytes(b) => b.len(),
+                Part::LastCas(_) => 20,
+            })
+            .sum()
     }
 
     fn push(&mut self, bytes: &[u8]) {
@@ -91,8 +109,8 @@ pub fn stream(seed: u64, len: usize) -> Vec<Step> {
             _ => 4,
         };
         let mut step = Step::default();
-        for _ in 0..commands {
-            gen.command(&mut step);
+        for i in 0..commands {
+            gen.command(&mut step, i == 0);
         }
         steps.push(step);
     }
@@ -174,13 +192,18 @@ impl Generator {
         }
     }
 
-    fn command(&mut self, step: &mut Step) {
+    /// Appends one random command. incr/decr only open a step: memcached rewrites a number
+    /// in place (padding it with spaces) only when nothing else holds the item, and a `get`
+    /// earlier in the same read holds it until its reply is sent, so whether the number is
+    /// padded would depend on where the server's reads happen to split the step.
+    fn command(&mut self, step: &mut Step, first_in_step: bool) {
+        let arithmetic = if first_in_step { 10 } else { 0 };
         match self
             .rng
-            .weighted(&[40, 25, 7, 10, 4, 1, 1, 8, 1, 1])
+            .weighted(&[40, 25, 7, arithmetic, 4, 1, 1, 8, 1, 1])
         {
             0 => self.storage(step),
-            1 => self.retrieval(step),
+            1 => self.retrieval(step, first_in_step),
             2 => self.delete(step),
             3 => self.arithmetic(step),
             4 => self.touch(step),
@@ -342,8 +365,8 @@ impl Generator {
                     };
                     tail.push(Part::LastCas(for_key));
                 }
-                1 => tail.push(bytes(self.rng.pick(&["999999999", "0", "18446744073709551615"]))),
-                2 => tail.push(bytes(self.rng.pick(&["abc", "-1", "18446744073709551616"]))),
+                1 => tail.push(bytes(*self.rng.pick(&["999999999", "0", "18446744073709551615"]))),
+                2 => tail.push(bytes(*self.rng.pick(&["abc", "-1", "18446744073709551616"]))),
                 _ => {} // missing: wrong token count
             }
         }
@@ -357,7 +380,7 @@ impl Generator {
                 tokens.push(bytes(&shorter.to_string()));
             }
             2 => tokens.push(bytes("-1")),
-            _ => tokens.push(bytes(self.rng.pick(&[
+            _ => tokens.push(bytes(*self.rng.pick(&[
                 "abc",
                 "4294967296",
                 "99999999999999999999",
@@ -398,7 +421,7 @@ impl Generator {
     }
 
     /// get/gets/gat/gats with 1 to 30 keys (memcached tokenizes 24 at a time).
-    fn retrieval(&mut self, step: &mut Step) {
+    fn retrieval(&mut self, step: &mut Step, first_in_step: bool) {
         let command = *self.rng.pick(&["get", "get", "gets", "gets", "gat", "gats"]);
         let touching = command.starts_with("gat");
         let mut tokens = vec![bytes(command)];
@@ -420,8 +443,22 @@ impl Generator {
         // get/gets; keep the others safely short so fragmentation cannot matter.
         let limit = if touching { 1800 } else { 8000 };
         let mut line_len = tokens.iter().map(part_len).sum::<usize>();
-        for _ in 0..count {
-            let key = self.key();
+        // One key too long now and then, at a random place (not per key: with 30 keys that
+        // would spoil most multi-gets).
+        // After other commands only in a small step, which then must be written whole (see
+        // `Step::whole`): memcached reads up to 16 KB at once.
+        let bad_key_ok = first_in_step || step.len() < 4000;
+        let bad_at = (bad_key_ok && self.rng.chance(0.06))
+            .then(|| self.rng.below(count.max(1) as u64) as usize);
+        if bad_at.is_some_and(|i| i < count) && !first_in_step {
+            step.whole = true;
+        }
+        for i in 0..count {
+            let key = if bad_at == Some(i) {
+                vec![b'k'; 251]
+            } else {
+                self.rng.pick(&self.keys).clone()
+            };
             if line_len + key.len() + 1 > limit {
                 break;
             }
@@ -458,7 +495,7 @@ impl Generator {
         match self.rng.weighted(&[60, 15, 20, 5]) {
             0 => tokens.push(bytes(&self.rng.below(200).to_string())),
             1 => tokens.push(bytes(&self.rng.next_u64().to_string())),
-            2 => tokens.push(bytes(self.rng.pick(DELTAS_ODD))),
+            2 => tokens.push(bytes(*self.rng.pick(DELTAS_ODD))),
             _ => {} // missing delta
         }
         if self.rng.chance(0.2) {
@@ -480,7 +517,7 @@ impl Generator {
     }
 
     fn verbosity(&mut self, step: &mut Step) {
-        let line: &[u8] = self.rng.pick(&[
+        let line: &[u8] = *self.rng.pick(&[
             &b"verbosity 0\r\n"[..],
             b"verbosity 1\r\n",
             b"verbosity 0 noreply\r\n",
@@ -493,7 +530,7 @@ impl Generator {
 
     /// flush_all without a delay only: a delay would make the test depend on the clock.
     fn flush_all(&mut self, step: &mut Step) {
-        let line: &[u8] = self.rng.pick(&[
+        let line: &[u8] = *self.rng.pick(&[
             &b"flush_all\r\n"[..],
             b"flush_all noreply\r\n",
             b"flush_all 0\r\n",
@@ -506,7 +543,7 @@ impl Generator {
 
     /// Lines that are wrong in some way: unknown commands, empty lines, missing tokens.
     fn malformed(&mut self, step: &mut Step) {
-        let line: &[u8] = self.rng.pick(&[
+        let line: &[u8] = *self.rng.pick(&[
             &b"\r\n"[..],
             b"\n",
             b"   \r\n",
@@ -544,7 +581,7 @@ impl Generator {
 
     /// A NUL byte inside a command line: memcached reads the line as a C string.
     fn null_byte(&mut self, step: &mut Step) {
-        let line: &[u8] = self.rng.pick(&[
+        let line: &[u8] = *self.rng.pick(&[
             &b"get k0\x00 k1\r\n"[..],
             b"get \x00k0\r\n",
             b"set k1 0 0 1\x00junk\r\nq\r\n",

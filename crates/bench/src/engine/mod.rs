@@ -1,0 +1,275 @@
+//! Runs one measurement: connect, preload, start the worker threads, show
+//! progress, and merge what they measured.
+//!
+//! ```text
+//!   main thread: connect every socket (clear errors here) -> preload
+//!     -> spawn T workers, each with C/T sessions (one socket per server)
+//!     -> progress line until they finish -> merge Stats -> RunResult
+//!   time: 0 ........ warmup ........................ end ... end+timeout
+//!         (not measured) |   measured: requests started here  | drain
+//! ```
+
+mod preload;
+pub mod wire;
+mod worker;
+
+use std::io::IsTerminal;
+use std::net::{TcpStream, UdpSocket};
+use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::config::{Config, Load, Transport};
+use crate::ketama::Ketama;
+use crate::schedule::Schedule;
+use crate::stats::{Scope, Stats};
+use worker::{Link, Worker, WorkerSetup};
+
+/// How long a connection attempt may take before the server counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Without `--duration`, a `--requests` run still stops after this long.
+pub const MAX_RUN_TIME: Duration = Duration::from_secs(600);
+
+/// What the workers share, read-only apart from the abort flag and progress slots.
+pub struct Shared {
+    pub start: Instant,
+    pub warmup_ns: u64,
+    pub end_ns: u64,
+    /// Set by a worker that hit a fatal error, so the others stop too.
+    pub abort: AtomicBool,
+    /// One slot per worker for the live progress line (empty when off).
+    pub progress: Vec<Mutex<Option<Scope>>>,
+}
+
+/// The outcome of one run.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    pub stats: Stats,
+    /// The measured interval the rates divide by.
+    pub elapsed: Duration,
+    /// Client CPU time (user + system) spent during the measured run.
+    pub cpu_secs: f64,
+    /// The open-loop target, if any.
+    pub target_rate: Option<f64>,
+}
+
+impl RunResult {
+    pub fn ops_per_sec(&self) -> f64 {
+        self.stats.total.counters.ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Client CPU seconds (user + system, all threads) from `/proc/self/stat`.
+/// Its fields are in clock ticks of `USER_HZ`, which Linux fixes at 100 on
+/// every architecture ferrobench runs on.
+pub fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields overall, so the 12th and 13th after it.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
+/// Opens one session's links: a socket to each server.
+fn connect_session(cfg: &Config) -> anyhow::Result<Vec<Link>> {
+    cfg.servers
+        .iter()
+        .map(|s| match cfg.transport {
+            Transport::Tcp => {
+                let stream = TcpStream::connect_timeout(&s.addr, CONNECT_TIMEOUT)
+                    .with_context(|| format!("cannot connect to server {} ({})", s.name, s.addr))?;
+                stream.set_nodelay(true)?;
+                stream.set_nonblocking(true)?;
+                Ok(Link::Tcp(mio::net::TcpStream::from_std(stream)))
+            }
+            Transport::Udp => {
+                let bind = if s.addr.is_ipv4() {
+                    "0.0.0.0:0"
+                } else {
+                    "[::]:0"
+                };
+                let socket = UdpSocket::bind(bind).context("binding a UDP socket")?;
+                socket.connect(s.addr).with_context(|| {
+                    format!("cannot reach server {} ({}) over UDP", s.name, s.addr)
+                })?;
+                socket.set_nonblocking(true)?;
+                Ok(Link::Udp(mio::net::UdpSocket::from_std(socket)))
+            }
+        })
+        .collect()
+}
+
+/// Value bytes for sets without `--verify`: one shared pattern, sliced.
+fn filler(max: usize) -> Vec<u8> {
+    (0..max).map(|i| b'a' + (i % 26) as u8).collect()
+}
+
+/// The ketama continuum, when there is more than one server.
+pub fn ketama_for(cfg: &Config) -> Option<Ketama> {
+    (cfg.servers.len() > 1).then(|| {
+        let names: Vec<(&str, u16)> = cfg
+            .servers
+            .iter()
+            .map(|s| (s.host.as_str(), s.port))
+            .collect();
+        Ketama::new(&names)
+    })
+}
+
+/// Runs one measurement as `cfg` describes (the preload included when asked).
+pub fn run(cfg: &Config) -> anyhow::Result<RunResult> {
+    if cfg.connections == 0 || cfg.threads == 0 {
+        bail!("--connections and --threads must be at least 1");
+    }
+    let ketama = ketama_for(cfg);
+    if cfg.preload {
+        preload::run(cfg, ketama.as_ref())?;
+    }
+    let threads = cfg.threads.min(cfg.connections);
+    let mut setups: Vec<WorkerSetup> = (0..threads)
+        .map(|index| WorkerSetup {
+            index,
+            sessions: Vec::new(),
+            schedule: match cfg.load {
+                Load::Open { rate, arrival } => Some(Schedule::new(
+                    rate / threads as f64,
+                    arrival,
+                    index as f64 / threads as f64,
+                    cfg.seed ^ (index as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407),
+                )),
+                Load::Closed => None,
+            },
+            quota: cfg
+                .requests
+                .map(|n| n / threads as u64 + u64::from((index as u64) < n % threads as u64)),
+            max_outstanding: cfg.max_outstanding.div_ceil(threads),
+        })
+        .collect();
+    for s in 0..cfg.connections {
+        setups[s % threads]
+            .sessions
+            .push((s, connect_session(cfg)?));
+    }
+    let run_for = if cfg.requests.is_some() && cfg.duration.is_zero() {
+        MAX_RUN_TIME
+    } else {
+        cfg.duration
+    };
+    let shared = Shared {
+        start: Instant::now(),
+        warmup_ns: cfg.warmup.as_nanos() as u64,
+        end_ns: (cfg.warmup + run_for).as_nanos() as u64,
+        abort: AtomicBool::new(false),
+        progress: (0..if cfg.progress { threads } else { 0 })
+            .map(|_| Mutex::new(None))
+            .collect(),
+    };
+    let filler = filler(cfg.workload.value_size.max());
+    let cpu_before = cpu_seconds();
+    let results = std::thread::scope(|scope| {
+        let handles: Vec<_> = setups
+            .into_iter()
+            .map(|setup| {
+                let (shared, ketama, filler) = (&shared, ketama.as_ref(), &filler[..]);
+                std::thread::Builder::new()
+                    .name(format!("ferrobench-{}", setup.index))
+                    .spawn_scoped(scope, move || {
+                        Worker::new(cfg, shared, ketama, filler, setup)?.run()
+                    })
+                    .expect("spawning a worker thread")
+            })
+            .collect();
+        if cfg.progress {
+            show_progress(&shared, &handles);
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("worker thread panicked"))
+            .collect::<Vec<_>>()
+    });
+    let cpu_secs = cpu_seconds() - cpu_before;
+    let mut stats = Stats::new(cfg.servers.len());
+    let mut last_done_ns = 0;
+    for r in results {
+        let r = r?;
+        stats.merge(&r.stats);
+        last_done_ns = last_done_ns.max(r.last_done_ns);
+    }
+    let measured_end = if cfg.requests.is_some() {
+        last_done_ns.min(shared.end_ns)
+    } else {
+        shared.end_ns
+    };
+    let elapsed = Duration::from_nanos(measured_end.saturating_sub(shared.warmup_ns));
+    let target_rate = match cfg.load {
+        Load::Open { rate, .. } => Some(rate),
+        Load::Closed => None,
+    };
+    Ok(RunResult {
+        stats,
+        elapsed,
+        cpu_secs,
+        target_rate,
+    })
+}
+
+/// The live progress line, on stderr, only when it is a terminal.
+fn show_progress<T>(shared: &Shared, handles: &[std::thread::ScopedJoinHandle<'_, T>]) {
+    if !std::io::stderr().is_terminal() {
+        return;
+    }
+    let mut prev_ops = 0;
+    let mut prev_t = 0.0;
+    while handles.iter().any(|h| !h.is_finished()) {
+        std::thread::sleep(Duration::from_millis(500));
+        let mut total = Scope::default();
+        for slot in &shared.progress {
+            if let Some(s) = slot.lock().expect("progress lock").as_ref() {
+                total.merge(s);
+            }
+        }
+        let t = shared.start.elapsed().as_secs_f64();
+        let ops = total.counters.ops;
+        let rate = (ops - prev_ops.min(ops)) as f64 / (t - prev_t).max(1e-3);
+        (prev_ops, prev_t) = (ops, t);
+        let phase = if (t * 1e9) < shared.warmup_ns as f64 {
+            " (warm-up)"
+        } else {
+            ""
+        };
+        eprint!(
+            "\r\x1b[K{t:6.1}s  {rate:>12.0} ops/s  p99 {:>9.1} µs  errors {}{phase}",
+            total.latency.value_at_quantile(0.99) as f64 / 1e3,
+            total.counters.errors
+        );
+    }
+    eprint!("\r\x1b[K");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_seconds_grows_with_work() {
+        let before = cpu_seconds();
+        let mut x = 0u64;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(100) {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        assert!(x > 0);
+        assert!(cpu_seconds() - before >= 0.05);
+    }
+}

@@ -1,0 +1,959 @@
+//! One worker thread: a mio poll over its sessions' sockets, driving either
+//! the closed loop (refill each session to `--pipeline` requests) or the
+//! open loop (send at the schedule's intended times).
+//!
+//! ```text
+//!   loop:
+//!     open loop: issue every arrival now due (or drop it past the cap)
+//!     write each connection's batched requests (one send per wake-up)
+//!     poll
+//!     for each ready socket: read once, parse every complete reply,
+//!       complete requests, and (closed loop) compose the next ones
+//! ```
+//!
+//! A session has one connection per server. A request whose keys live on
+//! several servers (by ketama) is split into one part per server; the
+//! request completes with its last part. Per-server figures count parts.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read, Write};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use mio::{Events, Interest, Poll, Token};
+use protocol::client::{ReplyBuffer, UdpHeader, UDP_HEADER_BYTES};
+
+use super::wire::{self, Outcome};
+use super::Shared;
+use crate::config::{Config, Load};
+use crate::ketama::Ketama;
+use crate::schedule::Schedule;
+use crate::stats::{Scope, Stats};
+use crate::verify;
+use crate::workload::{write_key, OpGen, OpKind, MAX_KEY_BYTES};
+
+/// Bytes asked of each TCP read.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Verification failures printed before going quiet.
+const MAX_REPORTED_CORRUPTIONS: u64 = 10;
+
+/// A socket to one server, as handed to a worker.
+pub enum Link {
+    Tcp(mio::net::TcpStream),
+    Udp(mio::net::UdpSocket),
+}
+
+/// What a worker gets: its sessions (each a link per server) and its share
+/// of the load.
+pub struct WorkerSetup {
+    pub index: usize,
+    /// (session id, one link per server).
+    pub sessions: Vec<(usize, Vec<Link>)>,
+    pub schedule: Option<Schedule>,
+    pub quota: Option<u64>,
+    pub max_outstanding: usize,
+}
+
+/// What a worker hands back.
+pub struct WorkerResult {
+    pub stats: Stats,
+    /// When its last measured request completed (ns since start).
+    pub last_done_ns: u64,
+}
+
+/// One request part in flight on a connection.
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    slot: u32,
+    kind: OpKind,
+    nkeys: u32,
+    /// UDP request id; unused on TCP, where replies come in order.
+    request_id: u16,
+    /// UDP: values received so far (TCP keeps these on the connection).
+    hits: u32,
+    corrupt: u32,
+}
+
+/// One request in flight in a session.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    start_ns: u64,
+    parts_left: u32,
+    kind: OpKind,
+    nkeys: u32,
+    hits: u32,
+    corrupt: u32,
+    failed: bool,
+    timed_out: bool,
+}
+
+/// A UDP reply being reassembled from its datagrams.
+struct Partial {
+    total: u16,
+    chunks: Vec<Option<Vec<u8>>>,
+}
+
+enum LinkState {
+    Tcp {
+        stream: mio::net::TcpStream,
+        rx: ReplyBuffer,
+        written: usize,
+    },
+    Udp {
+        socket: mio::net::UdpSocket,
+        next_id: u16,
+        partial: HashMap<u16, Partial>,
+    },
+}
+
+struct Conn {
+    link: LinkState,
+    server: usize,
+    session: usize,
+    /// TCP: requests composed this wake-up, not yet written.
+    out: Vec<u8>,
+    inflight: VecDeque<Part>,
+    /// Values seen so far for the get at the head of `inflight`.
+    hits: u32,
+    corrupt: u32,
+    /// Queued in `dirty` for a write.
+    dirty: bool,
+    /// Sent ns per in-flight UDP part, parallel to `inflight`.
+    sent_ns: VecDeque<u64>,
+}
+
+struct Session {
+    conns: Vec<usize>,
+    gen: OpGen,
+    outstanding: usize,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+}
+
+/// How a part ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    Ok,
+    Failed,
+    TimedOut,
+}
+
+pub struct Worker<'a> {
+    cfg: &'a Config,
+    shared: &'a Shared,
+    ketama: Option<&'a Ketama>,
+    filler: &'a [u8],
+    poll: Poll,
+    conns: Vec<Conn>,
+    sessions: Vec<Session>,
+    rec: Recorder,
+    dirty: Vec<usize>,
+    refill: Vec<usize>,
+    keys: Vec<u64>,
+    key_servers: Vec<usize>,
+    keybuf: [u8; MAX_KEY_BYTES],
+    valbuf: Vec<u8>,
+    dgram: Vec<u8>,
+    schedule: Option<Schedule>,
+    quota: Option<u64>,
+    issued: u64,
+    outstanding: usize,
+    max_outstanding: usize,
+    next_session: usize,
+    index: usize,
+    timeout_ns: u64,
+}
+
+impl<'a> Worker<'a> {
+    pub fn new(
+        cfg: &'a Config,
+        shared: &'a Shared,
+        ketama: Option<&'a Ketama>,
+        filler: &'a [u8],
+        setup: WorkerSetup,
+    ) -> anyhow::Result<Worker<'a>> {
+        let poll = Poll::new().context("creating the event loop")?;
+        let mut conns = Vec::new();
+        let mut sessions = Vec::new();
+        for (id, links) in setup.sessions {
+            let mut ids = Vec::new();
+            for (server, link) in links.into_iter().enumerate() {
+                let token = Token(conns.len());
+                let link = match link {
+                    Link::Tcp(mut stream) => {
+                        poll.registry().register(
+                            &mut stream,
+                            token,
+                            Interest::READABLE | Interest::WRITABLE,
+                        )?;
+                        LinkState::Tcp {
+                            stream,
+                            rx: ReplyBuffer::with_capacity(READ_CHUNK_BYTES * 2),
+                            written: 0,
+                        }
+                    }
+                    Link::Udp(mut socket) => {
+                        poll.registry()
+                            .register(&mut socket, token, Interest::READABLE)?;
+                        LinkState::Udp {
+                            socket,
+                            next_id: 0,
+                            partial: HashMap::new(),
+                        }
+                    }
+                };
+                ids.push(conns.len());
+                conns.push(Conn {
+                    link,
+                    server,
+                    session: sessions.len(),
+                    out: Vec::with_capacity(4096),
+                    inflight: VecDeque::new(),
+                    hits: 0,
+                    corrupt: 0,
+                    dirty: false,
+                    sent_ns: VecDeque::new(),
+                });
+            }
+            let seed = cfg.seed.wrapping_mul(0x9E37_79B9).wrapping_add(id as u64);
+            let gen = OpGen::new(&cfg.workload, cfg.get_range(id), cfg.own_range(id), seed);
+            sessions.push(Session {
+                conns: ids,
+                gen,
+                outstanding: 0,
+                slots: Vec::new(),
+                free: Vec::new(),
+            });
+        }
+        Ok(Worker {
+            cfg,
+            shared,
+            ketama,
+            filler,
+            poll,
+            conns,
+            sessions,
+            rec: Recorder {
+                stats: Stats::new(cfg.servers.len()),
+                window: Window {
+                    warmup_ns: shared.warmup_ns,
+                    end_ns: shared.end_ns,
+                    timeout_ns: cfg.timeout.as_nanos() as u64,
+                },
+                last_done_ns: 0,
+            },
+            dirty: Vec::new(),
+            refill: Vec::new(),
+            keys: Vec::new(),
+            key_servers: Vec::new(),
+            keybuf: [0; MAX_KEY_BYTES],
+            valbuf: Vec::new(),
+            dgram: vec![0; 65536],
+            schedule: setup.schedule,
+            quota: setup.quota,
+            issued: 0,
+            outstanding: 0,
+            max_outstanding: setup.max_outstanding.max(1),
+            next_session: 0,
+            index: setup.index,
+            timeout_ns: cfg.timeout.as_nanos() as u64,
+        })
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.shared.start.elapsed().as_nanos() as u64
+    }
+
+    /// Runs until the end of the run and the drain of what is in flight.
+    pub fn run(mut self) -> anyhow::Result<WorkerResult> {
+        let closed = self.cfg.load == Load::Closed;
+        let mut events = Events::with_capacity(1024);
+        let mut stopping = false;
+        let mut next_progress_ns = 0;
+        let drain_ns = self.timeout_ns;
+        let udp = self.cfg.transport == crate::config::Transport::Udp;
+        if closed {
+            self.refill = (0..self.sessions.len()).collect();
+        }
+        loop {
+            let now = self.now_ns();
+            if !stopping && (now >= self.shared.end_ns || self.quota_reached()) {
+                stopping = true;
+            }
+            if stopping && (self.outstanding == 0 || now >= self.shared.end_ns + drain_ns) {
+                break;
+            }
+            if self.shared.abort.load(Ordering::Relaxed) {
+                break;
+            }
+            if !stopping {
+                if closed {
+                    self.refill_sessions(now);
+                } else {
+                    self.issue_due(now);
+                }
+            }
+            self.flush_dirty()?;
+            if udp {
+                self.expire_udp(now);
+            }
+            if now >= next_progress_ns {
+                self.publish_progress();
+                next_progress_ns = now + 500_000_000;
+            }
+            let timeout = self.poll_timeout(now, stopping);
+            match self.poll.poll(&mut events, Some(timeout)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e).context("polling"),
+            }
+            let now = self.now_ns();
+            for event in &events {
+                let ci = event.token().0;
+                if event.is_readable() || event.is_read_closed() || event.is_error() {
+                    self.on_readable(ci, now)?;
+                }
+                if event.is_writable() && !self.conns[ci].out.is_empty() {
+                    self.mark_dirty(ci);
+                }
+            }
+        }
+        // What is still in flight never got an answer in time.
+        self.time_out_everything();
+        self.publish_progress();
+        Ok(WorkerResult {
+            stats: self.rec.stats,
+            last_done_ns: self.rec.last_done_ns,
+        })
+    }
+
+    fn quota_reached(&self) -> bool {
+        self.quota.is_some_and(|q| self.issued >= q)
+    }
+
+    fn poll_timeout(&self, now: u64, stopping: bool) -> Duration {
+        let until = |t: u64| Duration::from_nanos(t.saturating_sub(now));
+        let cap = Duration::from_millis(100);
+        if stopping {
+            return until(self.shared.end_ns + self.timeout_ns).min(cap);
+        }
+        match &self.schedule {
+            // epoll waits in whole milliseconds, rounding up: sleep only when
+            // the next arrival is further off than that, else spin.
+            Some(s) => {
+                let gap = until(s.peek());
+                if gap > Duration::from_millis(2) {
+                    (gap - Duration::from_millis(1)).min(cap)
+                } else {
+                    Duration::ZERO
+                }
+            }
+            None => until(self.shared.end_ns).min(cap),
+        }
+    }
+
+    fn publish_progress(&self) {
+        if let Some(slot) = self.shared.progress.get(self.index) {
+            *slot.lock().expect("progress lock") = Some(self.rec.stats.total.clone());
+        }
+    }
+
+    /// Closed loop: top each session that has room back up to the pipeline depth.
+    fn refill_sessions(&mut self, now: u64) {
+        let depth = self.cfg.pipeline.max(1);
+        while let Some(s) = self.refill.pop() {
+            while self.sessions[s].outstanding < depth && !self.quota_reached() {
+                self.issue(s, now);
+            }
+        }
+    }
+
+    /// Open loop: issue every arrival whose intended time has come.
+    fn issue_due(&mut self, now: u64) {
+        while let Some(t) = self.schedule.as_ref().map(Schedule::peek) {
+            if t > now || t >= self.shared.end_ns || self.quota_reached() {
+                break;
+            }
+            self.schedule
+                .as_mut()
+                .expect("open loop has a schedule")
+                .pop();
+            if self.outstanding >= self.max_outstanding {
+                if self.rec.window.measured(t) {
+                    self.rec.stats.total.counters.dropped += 1;
+                }
+                continue;
+            }
+            let s = self.next_session;
+            self.next_session = (s + 1) % self.sessions.len();
+            self.issue(s, t);
+        }
+    }
+
+    /// Composes one request for session `s`, started (or intended) at `start_ns`.
+    fn issue(&mut self, s: usize, start_ns: u64) {
+        let cfg = self.cfg;
+        let session = &mut self.sessions[s];
+        let kind = session.gen.next_op(&cfg.workload, &mut self.keys);
+        let nservers = session.conns.len();
+        self.key_servers.clear();
+        if let Some(k) = self.ketama.filter(|_| nservers > 1) {
+            for &key in &self.keys {
+                let len = write_key(key, &cfg.workload.key_size, &mut self.keybuf);
+                self.key_servers.push(k.server_of(&self.keybuf[..len]));
+            }
+        } else {
+            self.key_servers.resize(self.keys.len(), 0);
+        }
+        let slot = Slot {
+            start_ns,
+            parts_left: 0,
+            kind,
+            nkeys: self.keys.len() as u32,
+            hits: 0,
+            corrupt: 0,
+            failed: false,
+            timed_out: false,
+        };
+        let slot_id = match session.free.pop() {
+            Some(i) => {
+                session.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                session.slots.push(slot);
+                (session.slots.len() - 1) as u32
+            }
+        };
+        session.outstanding += 1;
+        self.outstanding += 1;
+        self.issued += 1;
+        for server in 0..nservers {
+            let nkeys = self.key_servers.iter().filter(|&&k| k == server).count() as u32;
+            if nkeys == 0 {
+                continue;
+            }
+            self.sessions[s].slots[slot_id as usize].parts_left += 1;
+            let ci = self.sessions[s].conns[server];
+            self.compose_part(s, ci, server, kind);
+            let request_id = self.send_udp(ci, start_ns);
+            self.conns[ci].inflight.push_back(Part {
+                slot: slot_id,
+                kind,
+                nkeys,
+                request_id,
+                hits: 0,
+                corrupt: 0,
+            });
+            if request_id == u16::MAX || matches!(self.conns[ci].link, LinkState::Tcp { .. }) {
+                self.mark_dirty(ci);
+            }
+        }
+    }
+
+    /// Appends the part of the current request that goes to `server` to
+    /// connection `ci`'s output.
+    fn compose_part(&mut self, s: usize, ci: usize, server: usize, kind: OpKind) {
+        let cfg = self.cfg;
+        let p = cfg.protocol;
+        let out = &mut self.conns[ci].out;
+        match kind {
+            OpKind::Get => {
+                wire::get_start(p, out);
+                for (&key, &srv) in self.keys.iter().zip(&self.key_servers) {
+                    if srv == server {
+                        let len = write_key(key, &cfg.workload.key_size, &mut self.keybuf);
+                        wire::get_key(p, out, &self.keybuf[..len]);
+                    }
+                }
+                wire::get_end(p, out);
+            }
+            OpKind::Set => {
+                let len = write_key(self.keys[0], &cfg.workload.key_size, &mut self.keybuf);
+                let rng = self.sessions[s].gen.rng();
+                let size = cfg.workload.value_size.sample(rng);
+                let value = if cfg.verify {
+                    let seed = rng.next_u64();
+                    verify::compose_value(&self.keybuf[..len], size, seed, &mut self.valbuf);
+                    &self.valbuf[..]
+                } else {
+                    &self.filler[..size]
+                };
+                wire::set(p, out, &self.keybuf[..len], value);
+            }
+        }
+    }
+
+    /// UDP: sends what `compose_part` just wrote as one datagram and returns
+    /// its request id; TCP: nothing to do yet (`u16::MAX` is never used as
+    /// an id, so it flags TCP).
+    fn send_udp(&mut self, ci: usize, now: u64) -> u16 {
+        let conn = &mut self.conns[ci];
+        let LinkState::Udp {
+            socket, next_id, ..
+        } = &mut conn.link
+        else {
+            return u16::MAX;
+        };
+        let id = *next_id;
+        *next_id = if id == u16::MAX - 1 { 0 } else { id + 1 };
+        let header = UdpHeader {
+            request_id: id,
+            seq: 0,
+            total: 1,
+        }
+        .encode();
+        self.dgram[..UDP_HEADER_BYTES].copy_from_slice(&header);
+        let len = UDP_HEADER_BYTES + conn.out.len();
+        if len <= self.dgram.len() {
+            self.dgram[UDP_HEADER_BYTES..len].copy_from_slice(&conn.out);
+            // A full socket buffer drops the datagram, as the network would;
+            // the request then times out and counts as lost.
+            let _ = socket.send(&self.dgram[..len]);
+        }
+        conn.out.clear();
+        conn.sent_ns.push_back(now);
+        id
+    }
+
+    fn mark_dirty(&mut self, ci: usize) {
+        if !self.conns[ci].dirty {
+            self.conns[ci].dirty = true;
+            self.dirty.push(ci);
+        }
+    }
+
+    /// Writes every connection's pending output: one `send` per connection
+    /// per wake-up. A short write keeps the rest for the next writable event.
+    fn flush_dirty(&mut self) -> anyhow::Result<()> {
+        while let Some(ci) = self.dirty.pop() {
+            let server = self.conns[ci].server;
+            let conn = &mut self.conns[ci];
+            conn.dirty = false;
+            let LinkState::Tcp {
+                stream, written, ..
+            } = &mut conn.link
+            else {
+                continue;
+            };
+            while *written < conn.out.len() {
+                match stream.write(&conn.out[*written..]) {
+                    Ok(n) => *written += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(self.conn_error(server, e)),
+                }
+            }
+            let conn = &mut self.conns[ci];
+            if let LinkState::Tcp { written, .. } = &mut conn.link {
+                if *written == conn.out.len() {
+                    *written = 0;
+                    conn.out.clear();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn conn_error(&self, server: usize, e: io::Error) -> anyhow::Error {
+        self.shared.abort.store(true, Ordering::Relaxed);
+        let s = &self.cfg.servers[server];
+        anyhow!("connection to {} ({}) failed mid-run: {e}", s.name, s.addr)
+    }
+
+    /// Reads what arrived on connection `ci` and completes the requests it answers.
+    fn on_readable(&mut self, ci: usize, now: u64) -> anyhow::Result<()> {
+        if matches!(self.conns[ci].link, LinkState::Udp { .. }) {
+            return self.on_udp_readable(ci, now);
+        }
+        let server = self.conns[ci].server;
+        let LinkState::Tcp { stream, rx, .. } = &mut self.conns[ci].link else {
+            unreachable!("checked above");
+        };
+        loop {
+            let spare = rx.spare(READ_CHUNK_BYTES);
+            let room = spare.len();
+            match stream.read(spare) {
+                Ok(0) => {
+                    self.shared.abort.store(true, Ordering::Relaxed);
+                    let s = &self.cfg.servers[server];
+                    bail!(
+                        "server {} ({}) closed the connection mid-run",
+                        s.name,
+                        s.addr
+                    );
+                }
+                Ok(n) => {
+                    rx.commit(n);
+                    // A short read drained the socket; with edge-triggered
+                    // epoll the next arrival wakes us again, so skip the
+                    // read that would only say EAGAIN.
+                    if n < room {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.conn_error(server, e)),
+            }
+        }
+        let cfg = self.cfg;
+        let conn = &mut self.conns[ci];
+        let LinkState::Tcp { rx, .. } = &mut conn.link else {
+            unreachable!("checked above");
+        };
+        loop {
+            let Some(head) = conn.inflight.front().copied() else {
+                if rx.pending() > 0 {
+                    let s = &cfg.servers[server];
+                    bail!("server {} sent a reply to no request", s.name);
+                }
+                break;
+            };
+            let outcome = wire::next_outcome(cfg.protocol, rx, head.kind)
+                .with_context(|| format!("bad reply from server {}", cfg.servers[server].name))?;
+            match outcome {
+                None => break,
+                Some(Outcome::Hit { key, value }) => {
+                    conn.hits += 1;
+                    if cfg.verify {
+                        let bytes = rx.bytes();
+                        if !verify::check_value(&bytes[key.clone()], &bytes[value]) {
+                            conn.corrupt += 1;
+                            report_corruption(&self.rec.stats, &bytes[key]);
+                        }
+                    }
+                }
+                Some(Outcome::Done { ok }) => {
+                    conn.inflight.pop_front();
+                    let (hits, corrupt) = (
+                        std::mem::take(&mut conn.hits),
+                        std::mem::take(&mut conn.corrupt),
+                    );
+                    let end = if ok { End::Ok } else { End::Failed };
+                    let session = &mut self.sessions[conn.session];
+                    if self
+                        .rec
+                        .complete(session, server, head, Answer { end, hits, corrupt }, now)
+                    {
+                        self.outstanding -= 1;
+                        if cfg.load == Load::Closed {
+                            // Pushing a session twice is harmless: refill stops at the depth.
+                            self.refill.push(conn.session);
+                        }
+                    }
+                }
+            }
+        }
+        if !self.refill.is_empty() && now < self.shared.end_ns {
+            self.refill_sessions(now);
+        } else {
+            self.refill.clear();
+        }
+        Ok(())
+    }
+
+    /// UDP: drains the socket, reassembles replies by request id, and
+    /// completes the requests they answer.
+    fn on_udp_readable(&mut self, ci: usize, now: u64) -> anyhow::Result<()> {
+        let server = self.conns[ci].server;
+        loop {
+            let LinkState::Udp {
+                socket, partial, ..
+            } = &mut self.conns[ci].link
+            else {
+                unreachable!("UDP link");
+            };
+            let n = match socket.recv(&mut self.dgram) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(self.conn_error(server, e)),
+            };
+            let Some(h) = UdpHeader::decode(&self.dgram[..n]) else {
+                continue;
+            };
+            let payload = &self.dgram[UDP_HEADER_BYTES..n];
+            let message: Vec<u8> = if h.total == 1 {
+                payload.to_vec()
+            } else {
+                let p = partial.entry(h.request_id).or_insert_with(|| Partial {
+                    total: h.total,
+                    chunks: vec![None; usize::from(h.total)],
+                });
+                if p.total != h.total {
+                    continue;
+                }
+                p.chunks[usize::from(h.seq)] = Some(payload.to_vec());
+                if p.chunks.iter().any(Option::is_none) {
+                    continue;
+                }
+                let p = partial.remove(&h.request_id).expect("present");
+                p.chunks.into_iter().flatten().flatten().collect()
+            };
+            self.complete_udp(ci, h.request_id, &message, now)?;
+        }
+        Ok(())
+    }
+
+    /// UDP: applies one reassembled message to the request it answers.
+    /// memcached 1.6 sends a multi-get's values as separate one-datagram
+    /// messages under the same request id, so a request stays in flight,
+    /// counting its hits, until a message carries its `END`.
+    fn complete_udp(&mut self, ci: usize, id: u16, message: &[u8], now: u64) -> anyhow::Result<()> {
+        let cfg = self.cfg;
+        let conn = &mut self.conns[ci];
+        let Some(at) = conn.inflight.iter().position(|p| p.request_id == id) else {
+            return Ok(()); // a late reply to a request already given up
+        };
+        let part = &mut conn.inflight[at];
+        let (mut pos, mut end) = (0, None);
+        while let Some((outcome, next)) = wire::outcome_at(cfg.protocol, message, pos, part.kind)
+            .with_context(|| {
+                format!(
+                    "bad UDP reply from server {}",
+                    cfg.servers[conn.server].name
+                )
+            })?
+        {
+            pos = next;
+            match outcome {
+                Outcome::Hit { key, value } => {
+                    part.hits += 1;
+                    if cfg.verify && !verify::check_value(&message[key.clone()], &message[value]) {
+                        part.corrupt += 1;
+                        report_corruption(&self.rec.stats, &message[key]);
+                    }
+                }
+                Outcome::Done { ok } => {
+                    end = Some(if ok { End::Ok } else { End::Failed });
+                    break;
+                }
+            }
+        }
+        let Some(end) = end else {
+            return Ok(());
+        };
+        let part = conn.inflight.remove(at).expect("found");
+        conn.sent_ns.remove(at);
+        let session = &mut self.sessions[conn.session];
+        let answer = Answer {
+            end,
+            hits: part.hits,
+            corrupt: part.corrupt,
+        };
+        if self.rec.complete(session, conn.server, part, answer, now) {
+            self.outstanding -= 1;
+            if cfg.load == Load::Closed && now < self.shared.end_ns {
+                self.refill.push(conn.session);
+                self.refill_sessions(now);
+            }
+        }
+        Ok(())
+    }
+
+    /// UDP: gives up on requests older than `--timeout`, counting their
+    /// missing datagrams as lost.
+    fn expire_udp(&mut self, now: u64) {
+        let cfg = self.cfg;
+        for ci in 0..self.conns.len() {
+            loop {
+                let conn = &mut self.conns[ci];
+                let Some(&sent) = conn.sent_ns.front() else {
+                    break;
+                };
+                if now.saturating_sub(sent) < self.timeout_ns {
+                    break;
+                }
+                conn.sent_ns.pop_front();
+                let part = conn.inflight.pop_front().expect("parallel queues");
+                let LinkState::Udp { partial, .. } = &mut conn.link else {
+                    break;
+                };
+                let lost = partial.remove(&part.request_id).map_or(1, |p| {
+                    p.chunks.iter().filter(|c| c.is_none()).count() as u64
+                });
+                let measured = self
+                    .rec
+                    .window
+                    .measured(self.sessions[conn.session].slots[part.slot as usize].start_ns);
+                if measured {
+                    self.rec.stats.total.counters.lost_datagrams += lost;
+                    self.rec.stats.servers[conn.server].counters.lost_datagrams += lost;
+                }
+                let session = &mut self.sessions[conn.session];
+                let finished = self.rec.complete(
+                    session,
+                    conn.server,
+                    part,
+                    Answer {
+                        end: End::TimedOut,
+                        hits: 0,
+                        corrupt: 0,
+                    },
+                    now,
+                );
+                self.outstanding -= usize::from(finished);
+                if finished && cfg.load == Load::Closed {
+                    self.refill.push(conn.session);
+                }
+            }
+        }
+    }
+
+    /// At the end: whatever is still in flight timed out.
+    fn time_out_everything(&mut self) {
+        let now = self.now_ns();
+        for ci in 0..self.conns.len() {
+            while let Some(part) = self.conns[ci].inflight.pop_front() {
+                let conn = &self.conns[ci];
+                let session = &mut self.sessions[conn.session];
+                let _ = self.rec.complete(
+                    session,
+                    conn.server,
+                    part,
+                    Answer {
+                        end: End::TimedOut,
+                        hits: 0,
+                        corrupt: 0,
+                    },
+                    now,
+                );
+            }
+        }
+        self.outstanding = 0;
+    }
+}
+
+fn report_corruption(stats: &Stats, key: &[u8]) {
+    if stats.total.counters.verify_failures < MAX_REPORTED_CORRUPTIONS {
+        eprintln!(
+            "ferrobench: corrupt value for key {:?}",
+            String::from_utf8_lossy(key)
+        );
+    }
+}
+
+/// The run's time window as a worker sees it.
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    warmup_ns: u64,
+    end_ns: u64,
+    timeout_ns: u64,
+}
+
+impl Window {
+    fn measured(&self, start_ns: u64) -> bool {
+        start_ns >= self.warmup_ns && start_ns < self.end_ns
+    }
+}
+
+/// How a part was answered.
+#[derive(Clone, Copy)]
+struct Answer {
+    end: End,
+    hits: u32,
+    corrupt: u32,
+}
+
+/// Turns finished requests into statistics.
+struct Recorder {
+    stats: Stats,
+    window: Window,
+    /// When the last measured request completed (ns since start).
+    last_done_ns: u64,
+}
+
+impl Recorder {
+    /// Records a finished part into its server's scope and, with its last
+    /// part, the whole request into the total. Frees the session's slot.
+    /// Returns true when this was the request's last part.
+    #[must_use = "the worker's outstanding count drops only when a request finishes"]
+    fn complete(
+        &mut self,
+        session: &mut Session,
+        server: usize,
+        part: Part,
+        answer: Answer,
+        now: u64,
+    ) -> bool {
+        let w = self.window;
+        let slot = &mut session.slots[part.slot as usize];
+        slot.parts_left -= 1;
+        slot.hits += answer.hits;
+        slot.corrupt += answer.corrupt;
+        slot.failed |= answer.end == End::Failed;
+        slot.timed_out |= answer.end == End::TimedOut;
+        let measured = w.measured(slot.start_ns);
+        let mut latency = now.saturating_sub(slot.start_ns);
+        if answer.end == End::TimedOut {
+            latency = latency.max(w.timeout_ns);
+        }
+        let late = latency > w.timeout_ns;
+        if measured {
+            let scope = &mut self.stats.servers[server];
+            let failed = answer.end == End::Failed;
+            let timed_out = late || answer.end == End::TimedOut;
+            account(
+                scope,
+                part.kind,
+                part.nkeys,
+                answer.hits,
+                answer.corrupt,
+                failed,
+                timed_out,
+                latency,
+            );
+        }
+        if slot.parts_left > 0 {
+            return false;
+        }
+        let slot = *slot;
+        session.free.push(part.slot);
+        session.outstanding -= 1;
+        if measured {
+            self.last_done_ns = self.last_done_ns.max(now);
+            let timed_out = late || slot.timed_out;
+            account(
+                &mut self.stats.total,
+                slot.kind,
+                slot.nkeys,
+                slot.hits,
+                slot.corrupt,
+                slot.failed,
+                timed_out,
+                latency,
+            );
+        }
+        true
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn account(
+    scope: &mut Scope,
+    kind: OpKind,
+    nkeys: u32,
+    hits: u32,
+    corrupt: u32,
+    failed: bool,
+    timed_out: bool,
+    latency_ns: u64,
+) {
+    let c = &mut scope.counters;
+    c.ops += 1;
+    c.keys += u64::from(nkeys);
+    match kind {
+        OpKind::Get => {
+            c.gets += 1;
+            c.get_keys += u64::from(nkeys);
+            c.hits += u64::from(hits);
+        }
+        OpKind::Set => c.sets += 1,
+    }
+    c.errors += u64::from(failed);
+    c.timeouts += u64::from(timed_out);
+    c.verify_failures += u64::from(corrupt);
+    scope.record(latency_ns);
+}

@@ -1,0 +1,27 @@
+//! ferrobench: a load generator for memcached-compatible servers.
+//!
+//! A tour, from the command line down to the wire:
+//! - [`cli`]: flags and presets, resolved into a [`config::Config`].
+//! - [`engine`]: connects, preloads, runs worker threads (one mio loop each,
+//!   closed or open loop) and merges their [`stats::Stats`].
+//!   - `engine::wire` is the single place that speaks a wire protocol
+//!     (through the `protocol` crate's client side).
+//! - [`workload`]: key/value sizes, key choice (uniform, Zipf), get:set mix,
+//!   multi-get batches; [`rng`] feeds it; [`verify`] checksums values.
+//! - [`schedule`]: open-loop intended send times (Poisson or fixed).
+//! - [`ketama`]: libmemcached-compatible key -> server mapping.
+//! - [`search`]: `--slo` bisection and `--rate-sweep`.
+//! - [`report`] and [`plot`]: table, JSON, CSV, .hgrm and SVG.
+
+pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod ketama;
+pub mod plot;
+pub mod report;
+pub mod rng;
+pub mod schedule;
+pub mod search;
+pub mod stats;
+pub mod verify;
+pub mod workload;

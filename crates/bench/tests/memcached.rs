@@ -1,0 +1,257 @@
+//! ferrobench against Debian's memcached: every preset, the open loop's rate,
+//! verification, UDP, several servers, and the error paths. Each load run is
+//! bounded to well under 2 s.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+use common::{ferrobench, ferrobench_json, free_port, Memcached};
+
+fn assert_clean(report: &serde_json::Value, what: &str) {
+    assert!(
+        report["ops"].as_u64().unwrap() > 0,
+        "{what}: no ops\n{report:#}"
+    );
+    assert_eq!(report["errors"], 0, "{what}: errors\n{report:#}");
+    assert_eq!(report["timeouts"], 0, "{what}: timeouts\n{report:#}");
+    assert_eq!(
+        report["hit_ratio"], 1.0,
+        "{what}: hit ratio after preload\n{report:#}"
+    );
+}
+
+#[test]
+fn every_preset_runs_cleanly() {
+    let mc = Memcached::start(false);
+    let addr = mc.addr();
+    for preset in ferrobench::cli::PRESETS {
+        let mut args = vec!["--server", &addr, "--preset", preset, "--connections", "8"];
+        if *preset == "thesis-qos" {
+            args.extend(["--slo-steps", "2", "--duration", "0.3"]);
+        } else {
+            args.extend(["--duration", "0.4"]);
+        }
+        let report = ferrobench_json(&args);
+        assert_clean(&report, preset);
+        assert_eq!(report["config"]["preset"], *preset);
+        if *preset == "thesis-qos" {
+            assert_eq!(report["search"]["kind"], "slo");
+            assert_eq!(report["search"]["points"].as_array().unwrap().len(), 2);
+        }
+    }
+}
+
+#[test]
+fn open_loop_achieves_a_modest_rate() {
+    let mc = Memcached::start(false);
+    let report = ferrobench_json(&[
+        "--server",
+        &mc.addr(),
+        "--rate",
+        "4000",
+        "--duration",
+        "1.5",
+        "--warmup",
+        "0.2",
+        "--preload",
+        "--keyspace",
+        "1000",
+        "--connections",
+        "4",
+    ]);
+    assert_clean(&report, "open loop");
+    let achieved = report["ops_per_sec"].as_f64().unwrap();
+    assert!(
+        (achieved - 4000.0).abs() / 4000.0 < 0.05,
+        "achieved {achieved} ops/s of 4000"
+    );
+    assert_eq!(report["dropped"], 0);
+    assert_eq!(report["config"]["load"]["kind"], "open");
+}
+
+#[test]
+fn request_count_is_exact_and_json_has_the_documented_fields() {
+    let mc = Memcached::start(false);
+    let report = ferrobench_json(&[
+        "--server",
+        &mc.addr(),
+        "--requests",
+        "3000",
+        "--threads",
+        "2",
+        "-c",
+        "6",
+        "--ratio",
+        "1:1",
+    ]);
+    assert_eq!(report["ops"], 3000);
+    for field in [
+        "ops_per_sec",
+        "keys_per_sec",
+        "hit_ratio",
+        "errors",
+        "dropped",
+        "client_cpu_secs",
+        "servers",
+    ] {
+        assert!(!report[field].is_null(), "missing {field}");
+    }
+    for p in ["p50", "p90", "p99", "p999", "p9999", "max"] {
+        assert!(
+            report["latency_us"][p].as_f64().unwrap() > 0.0,
+            "latency_us.{p}"
+        );
+    }
+}
+
+#[test]
+fn verify_passes_on_honest_values_and_fails_on_corrupt_ones() {
+    let mc = Memcached::start(false);
+    let addr = mc.addr();
+    let report = ferrobench_json(&[
+        "--server",
+        &addr,
+        "--verify",
+        "--preload",
+        "--keyspace",
+        "200",
+        "--duration",
+        "0.4",
+        "-c",
+        "4",
+        "--ratio",
+        "3:1",
+    ]);
+    assert_clean(&report, "verify");
+    assert_eq!(report["verify_failures"], 0);
+
+    // Overwrite key 0 with a value that carries no valid checksum.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(b"set k0000000000000000000 0 0 20\r\nAAAAAAAAAAAAAAAAAAAA\r\n")
+        .unwrap();
+    let mut buf = [0; 8];
+    s.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"STORED\r\n");
+    let out = ferrobench(&[
+        "--server",
+        &addr,
+        "--verify",
+        "--keyspace",
+        "1",
+        "--ratio",
+        "1:0",
+        "--duration",
+        "0.2",
+        "-c",
+        "1",
+        "--quiet",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("corrupt value for key \"k0000000000000000000\""));
+}
+
+#[test]
+fn udp_gets_hit_after_preload() {
+    let mc = Memcached::start(true);
+    let report = ferrobench_json(&[
+        "--server",
+        &mc.addr(),
+        "--udp",
+        "--preload",
+        "--keyspace",
+        "500",
+        "--ratio",
+        "1:0",
+        "--batch",
+        "4",
+        "--duration",
+        "0.5",
+        "-c",
+        "4",
+    ]);
+    assert_clean(&report, "udp");
+    assert_eq!(report["config"]["transport"], "udp");
+}
+
+#[test]
+fn two_servers_share_keys_by_ketama() {
+    let (a, b) = (Memcached::start(false), Memcached::start(false));
+    let report = ferrobench_json(&[
+        "--server",
+        &a.addr(),
+        "--server",
+        &b.addr(),
+        "--preload",
+        "--keyspace",
+        "2000",
+        "--batch",
+        "8",
+        "--ratio",
+        "9:1",
+        "--duration",
+        "0.5",
+        "-c",
+        "4",
+    ]);
+    assert_clean(&report, "two servers");
+    let servers = report["servers"].as_array().unwrap();
+    assert_eq!(servers.len(), 2);
+    for s in servers {
+        assert!(s["ops"].as_u64().unwrap() > 0, "{s}");
+        assert_eq!(s["hit_ratio"], 1.0);
+    }
+}
+
+#[test]
+fn refused_connection_is_a_clear_error() {
+    let port = free_port().to_string();
+    let out = ferrobench(&[
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "--duration",
+        "0.2",
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot connect to server") && err.contains("refused"),
+        "{err}"
+    );
+}
+
+#[test]
+fn server_closing_mid_run_is_a_clear_error() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0; 64];
+        let _ = s.read(&mut buf);
+        s.write_all(b"END\r\n").unwrap();
+        // Dropping the socket closes it with a request in flight.
+    });
+    let out = ferrobench(&[
+        "--server",
+        &addr,
+        "-c",
+        "1",
+        "--ratio",
+        "1:0",
+        "--duration",
+        "1",
+        "--quiet",
+    ]);
+    server.join().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("closed the connection mid-run"), "{err}");
+}
