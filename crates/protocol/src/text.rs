@@ -21,6 +21,8 @@
 
 use memchr::memchr;
 
+use crate::meta::{parse_meta, MetaCommand, MetaRequest};
+
 /// Longest key memcached accepts (`KEY_MAX_LENGTH`).
 pub const MAX_KEY_LEN: usize = 250;
 /// memcached's `MAX_TOKENS`: 23 real tokens plus the terminal one.
@@ -333,6 +335,8 @@ pub enum Request<'a> {
     Stats(StatsGroup),
     /// `mn`: meta no-op; memcached also flushes its output here.
     MetaNoop,
+    /// `mg ms md ma me`, parsed by [`crate::meta`].
+    Meta(MetaRequest<'a>),
     /// `cache_memlimit <megabytes> [noreply]`
     MemLimit {
         megabytes: u32,
@@ -365,6 +369,11 @@ pub fn parse_request(line: &[u8]) -> Request<'_> {
     }
     match (cmd.len(), cmd) {
         (2, b"mn") => Request::MetaNoop,
+        (2, b"mg") => parse_meta(MetaCommand::Get, &t, line),
+        (2, b"ms") => parse_meta(MetaCommand::Set, &t, line),
+        (2, b"md") => parse_meta(MetaCommand::Delete, &t, line),
+        (2, b"ma") => parse_meta(MetaCommand::Arithmetic, &t, line),
+        (2, b"me") => parse_meta(MetaCommand::Debug, &t, line),
         (3, b"get") => parse_get(&t, line, GetCommand::Get),
         (4, b"gets") => parse_get(&t, line, GetCommand::Gets),
         (3, b"gat") => parse_get(&t, line, GetCommand::Gat),

@@ -13,8 +13,10 @@
 //!         0        wpos                      len
 //! ```
 
+use protocol::binary::REQUEST_MAGIC;
 use protocol::text::{frame_line, parse_request, LineFrame, Request};
 
+use crate::binary::BinaryStep;
 use crate::exec::{memcached_item_fits, Exec, Flow};
 
 /// Smallest free space offered to a read.
@@ -40,6 +42,15 @@ enum State {
     Closed,
 }
 
+/// Which protocol a connection speaks, decided by its first byte as
+/// memcached's `-B auto` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Undecided,
+    Text,
+    Binary,
+}
+
 /// What the runtime should do with the connection after [`Conn::process`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
@@ -59,6 +70,7 @@ pub struct Conn {
     wbuf: Vec<u8>,
     wpos: usize,
     state: State,
+    mode: Mode,
     /// Output offset at which memcached would last have flushed.
     flush_mark: usize,
     /// Requests executed in this wake-up, for memcached's `-R` flush points.
@@ -83,6 +95,7 @@ impl Conn {
             wbuf: Vec::with_capacity(READ_CHUNK_BYTES),
             wpos: 0,
             state: State::ReadLine,
+            mode: Mode::Undecided,
             flush_mark: 0,
             reqs_this_event: 0,
             stalled: false,
@@ -217,6 +230,16 @@ impl Conn {
     /// more input is needed (or the connection must close).
     fn step(&mut self, exec: &Exec<'_>) -> bool {
         let input = &self.rbuf[self.rpos..self.rlen];
+        if self.mode == Mode::Undecided {
+            match input.first() {
+                None => return false,
+                Some(&REQUEST_MAGIC) => self.mode = Mode::Binary,
+                Some(_) => self.mode = Mode::Text,
+            }
+        }
+        if self.mode == Mode::Binary {
+            return self.step_binary(exec);
+        }
         let (end, next) = match frame_line(input) {
             LineFrame::Line { end, next } => (end, next),
             LineFrame::Incomplete => return false,
@@ -246,16 +269,7 @@ impl Conn {
             }
             let total = next + len + 2;
             if input.len() < total {
-                // Wait for the data block; make room for all of it at once.
-                let need = self.rpos + total;
-                if self.rbuf.len() < need {
-                    self.rbuf.copy_within(self.rpos..self.rlen, 0);
-                    self.rlen -= self.rpos;
-                    self.rpos = 0;
-                    if self.rbuf.len() < total {
-                        self.rbuf.resize(total, 0);
-                    }
-                }
+                self.wait_for(total);
                 return false;
             }
             let data = &input[next..total];
@@ -263,8 +277,31 @@ impl Conn {
             self.rpos += total;
             return true;
         }
-        let flow = exec.execute(request, &mut self.wbuf, &mut self.flush_mark);
-        self.rpos += next;
+        let (flow, used) = match request {
+            Request::Meta(m) => match m.data_len() {
+                Some(len) => {
+                    if !crate::meta::admit_data(exec, &m, &mut self.wbuf) {
+                        self.rpos += next;
+                        self.state = State::Swallow { remaining: len + 2 };
+                        return true;
+                    }
+                    let total = next + len + 2;
+                    if input.len() < total {
+                        self.wait_for(total);
+                        return false;
+                    }
+                    let data = &input[next..total];
+                    let flow = crate::meta::execute(exec, m, Some(data), &mut self.wbuf, &mut self.flush_mark);
+                    (flow, total)
+                }
+                None => (
+                    crate::meta::execute(exec, m, None, &mut self.wbuf, &mut self.flush_mark),
+                    next,
+                ),
+            },
+            request => (exec.execute(request, &mut self.wbuf, &mut self.flush_mark), next),
+        };
+        self.rpos += used;
         match flow {
             Flow::Continue => true,
             Flow::CloseAfterWrite => {
@@ -272,6 +309,45 @@ impl Conn {
                 false
             }
             Flow::Close => {
+                self.state = State::Closed;
+                false
+            }
+        }
+    }
+
+    /// Make room for a request of `total` bytes starting at `rpos`, so its
+    /// data block is read in as few system calls as possible.
+    fn wait_for(&mut self, total: usize) {
+        if self.rbuf.len() < self.rpos + total {
+            self.rbuf.copy_within(self.rpos..self.rlen, 0);
+            self.rlen -= self.rpos;
+            self.rpos = 0;
+            if self.rbuf.len() < total {
+                self.rbuf.resize(total, 0);
+            }
+        }
+    }
+
+    /// One binary-protocol request, if a whole one is buffered.
+    fn step_binary(&mut self, exec: &Exec<'_>) -> bool {
+        let input = &self.rbuf[self.rpos..self.rlen];
+        match crate::binary::step(exec, input, &mut self.wbuf) {
+            BinaryStep::Incomplete => false,
+            BinaryStep::Consumed(n) => {
+                self.rpos += n;
+                true
+            }
+            BinaryStep::Swallow { consumed, remaining } => {
+                self.rpos += consumed;
+                self.state = State::Swallow { remaining };
+                true
+            }
+            BinaryStep::CloseAfterWrite(n) => {
+                self.rpos += n;
+                self.state = State::CloseAfterWrite;
+                false
+            }
+            BinaryStep::Close => {
                 self.state = State::Closed;
                 false
             }

@@ -90,6 +90,7 @@ impl Exec<'_> {
             Request::Store { .. } => {
                 unreachable!("storage commands go through execute_store")
             }
+            Request::Meta(m) => return crate::meta::execute(self, m, None, out, flush_mark),
             Request::Delete { key, noreply } => {
                 if self.store().delete(key, now) {
                     bump(&self.stats.delete_hits, 1);

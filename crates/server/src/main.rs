@@ -5,17 +5,20 @@
 //! - [`runtime`]: worker threads, each with its own epoll loop, listeners and
 //!   connections; the signal and maintenance threads.
 //! - [`conn`]: a sans-I/O connection: bytes in, replies out.
-//! - [`exec`]: one parsed request against the store, composing the reply.
+//! - [`exec`]: one parsed request against the store, composing the reply;
+//!   [`meta`] and [`binary`] do the same for those protocols.
 //! - [`stats`], [`stats_report`]: per-worker counters and the `stats` replies.
 //! - [`clock`]: the once-a-second server clock and expiry conversion.
 //! - [`sys`]: the few raw system calls (the only `unsafe` here).
 //!
 //! Parsing lives in the `protocol` crate and item memory in `storage`.
 
+mod binary;
 mod clock;
 mod config;
 mod conn;
 mod exec;
+mod meta;
 mod runtime;
 mod stats;
 mod stats_report;
