@@ -4,6 +4,7 @@
 //! - [`config`]: memcached's command-line flags and their defaults.
 //! - [`runtime`]: worker threads, each with its own epoll loop, listeners and
 //!   connections; the signal and maintenance threads.
+//! - [`net`]: TCP and UNIX listeners and streams behind one type.
 //! - [`conn`]: a sans-I/O connection: bytes in, replies out.
 //! - [`exec`]: one parsed request against the store, composing the reply;
 //!   [`meta`] and [`binary`] do the same for those protocols.
@@ -19,6 +20,7 @@ mod config;
 mod conn;
 mod exec;
 mod meta;
+mod net;
 mod runtime;
 mod stats;
 mod stats_report;

@@ -18,12 +18,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 use crate::conn::{Conn, Status};
 use crate::exec::{Exec, Shared};
+use crate::net::{bind_tcp, bind_unix, Listener, Stream};
 use crate::stats::{bump, WorkerStats};
 
 const WAKER: Token = Token(usize::MAX);
@@ -56,45 +55,49 @@ fn listen_addrs(shared: &Shared) -> Result<Vec<SocketAddr>> {
     Ok(addrs)
 }
 
-fn bind_listener(addr: SocketAddr, backlog: i32) -> Result<TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
+/// Bind every worker's listeners: with `-s`, one UNIX socket shared by all
+/// workers and no network; otherwise one TCP listener per worker per `-l`
+/// address, with `SO_REUSEPORT`. With port 0 the first bind picks the port
+/// and the rest reuse it.
+fn bind_listeners(shared: &Shared) -> Result<Vec<Vec<Listener>>> {
+    let settings = &shared.settings;
+    let mut per_worker: Vec<Vec<Listener>> = (0..settings.threads).map(|_| Vec::new()).collect();
+    if let Some(path) = &settings.unix_socket {
+        let first = Listener::Unix(bind_unix(path, settings.unix_mask, settings.backlog)?);
+        for listeners in per_worker.iter_mut().skip(1) {
+            listeners.push(first.try_clone_unix()?);
+        }
+        per_worker[0].push(first);
+        if settings.verbose > 0 {
+            eprintln!("ferrocache: listening on {path}");
+        }
+        return Ok(per_worker);
     }
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.set_nonblocking(true)?;
-    socket
-        .bind(&addr.into())
-        .with_context(|| format!("failed to listen on TCP port {}", addr.port()))?;
-    socket.listen(backlog)?;
-    Ok(TcpListener::from_std(socket.into()))
+    if settings.port == 0 {
+        return Ok(per_worker);
+    }
+    for mut addr in listen_addrs(shared)? {
+        for listeners in per_worker.iter_mut() {
+            let l = bind_tcp(addr, settings.backlog)?;
+            if addr.port() == 0 {
+                addr.set_port(l.local_addr()?.port());
+            }
+            listeners.push(Listener::Tcp(l));
+        }
+        if settings.verbose > 0 {
+            eprintln!("ferrocache: listening on {addr}");
+        }
+    }
+    Ok(per_worker)
 }
 
 /// Start every thread and serve until a shutdown signal.
 pub fn run(shared: Arc<Shared>, worker_stats: Vec<Arc<WorkerStats>>) -> Result<()> {
     crate::sys::block_shutdown_signals().context("blocking signals")?;
 
-    // One listener per worker per address, all bound with SO_REUSEPORT. With
-    // port 0 the first bind picks the port and the rest reuse it.
-    let mut addrs = listen_addrs(&shared)?;
-    let mut per_worker: Vec<Vec<TcpListener>> = (0..shared.settings.threads).map(|_| Vec::new()).collect();
-    for addr in &mut addrs {
-        for listeners in per_worker.iter_mut() {
-            let l = bind_listener(*addr, shared.settings.backlog)?;
-            if addr.port() == 0 {
-                addr.set_port(l.local_addr()?.port());
-            }
-            listeners.push(l);
-        }
-    }
+    let per_worker = bind_listeners(&shared)?;
     if let Some(user) = &shared.settings.user {
         crate::sys::drop_privileges(user).context("dropping privileges")?;
-    }
-    if shared.settings.verbose > 0 {
-        for addr in &addrs {
-            eprintln!("ferrocache: listening on {addr}");
-        }
     }
 
     let mut wakers = Vec::new();
@@ -151,7 +154,7 @@ fn maintenance_loop(shared: &Shared) {
 
 /// A connection slot owned by one worker.
 struct Client {
-    stream: TcpStream,
+    stream: Stream,
     conn: Conn,
     /// Server time of the last byte received, for `-o idle_timeout`.
     last_active: u32,
@@ -161,7 +164,7 @@ struct Client {
 
 struct Worker {
     poll: Poll,
-    listeners: Vec<TcpListener>,
+    listeners: Vec<Listener>,
     clients: Vec<Option<Client>>,
     free: Vec<usize>,
     /// Connections to drive again without waiting for an event (they stopped
@@ -174,7 +177,7 @@ struct Worker {
 impl Worker {
     fn new(
         poll: Poll,
-        mut listeners: Vec<TcpListener>,
+        mut listeners: Vec<Listener>,
         shared: Arc<Shared>,
         stats: Arc<WorkerStats>,
     ) -> Result<Self> {
@@ -238,7 +241,7 @@ impl Worker {
 
     fn accept(&mut self, listener: usize) {
         loop {
-            let (mut stream, _) = match self.listeners[listener].accept() {
+            let mut stream = match self.listeners[listener].accept() {
                 Ok(s) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -259,7 +262,6 @@ impl Worker {
                 continue;
             }
             bump(&self.stats.total_connections, 1);
-            let _ = stream.set_nodelay(true);
             let idx = self.free.pop().unwrap_or_else(|| {
                 self.clients.push(None);
                 self.clients.len() - 1
@@ -426,11 +428,8 @@ impl Worker {
         for idx in 0..self.clients.len() {
             if let Some(client) = self.clients[idx].as_mut() {
                 if !client.conn.output().is_empty() {
-                    let sock = SockRef::from(&client.stream);
-                    let _ = sock.set_nonblocking(false);
-                    let _ = sock.set_write_timeout(Some(SHUTDOWN_WRITE_TIMEOUT));
                     let out = client.conn.output();
-                    let _ = (&client.stream).write_all(out);
+                    let _ = client.stream.write_all_blocking(out, SHUTDOWN_WRITE_TIMEOUT);
                 }
             }
             self.close(idx);

@@ -1,0 +1,147 @@
+//! Listening and connected sockets: TCP and UNIX domain, behind one type.
+//!
+//! TCP listeners are bound once per worker with `SO_REUSEPORT`, so the kernel
+//! spreads connections over workers. A UNIX socket cannot be shared that way;
+//! every worker polls a duplicate of the one listener and whichever wakes
+//! first accepts (the others see `WouldBlock`).
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use mio::event::Source;
+use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use mio::{Interest, Registry, Token};
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+
+/// A listening socket.
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+/// A connected client socket.
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// Bind a TCP listener with `SO_REUSEPORT` (one per worker and address).
+pub fn bind_tcp(addr: SocketAddr, backlog: i32) -> Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket
+        .bind(&addr.into())
+        .with_context(|| format!("failed to listen on TCP port {} of {}", addr.port(), addr.ip()))?;
+    socket.listen(backlog)?;
+    Ok(TcpListener::from_std(socket.into()))
+}
+
+/// Bind memcached's `-s PATH` socket with `-a MASK` permissions. A stale
+/// socket file at the path is removed first, as memcached does.
+pub fn bind_unix(path: &str, mask: u32, backlog: i32) -> Result<UnixListener> {
+    let p = Path::new(path);
+    if let Ok(meta) = std::fs::symlink_metadata(p) {
+        use std::os::unix::fs::FileTypeExt;
+        if meta.file_type().is_socket() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    socket.set_nonblocking(true)?;
+    socket
+        .bind(&socket2::SockAddr::unix(p)?)
+        .with_context(|| format!("failed to bind UNIX socket {path}"))?;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mask & 0o777))
+        .with_context(|| format!("failed to set permissions on {path}"))?;
+    socket.listen(backlog)?;
+    let std_listener: std::os::unix::net::UnixListener = socket.into();
+    Ok(UnixListener::from_std(std_listener))
+}
+
+impl Listener {
+    /// Accept one connection.
+    pub fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => {
+                let (s, _) = l.accept()?;
+                let _ = s.set_nodelay(true);
+                Ok(Stream::Tcp(s))
+            }
+            Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
+        }
+    }
+
+    /// A second handle on the same UNIX listener, for another worker.
+    pub fn try_clone_unix(&self) -> io::Result<Listener> {
+        match self {
+            Listener::Unix(l) => {
+                let fd = SockRef::from(l).try_clone()?;
+                let std_listener: std::os::unix::net::UnixListener = fd.into();
+                Ok(Listener::Unix(UnixListener::from_std(std_listener)))
+            }
+            Listener::Tcp(_) => Err(io::Error::other("TCP listeners are bound per worker")),
+        }
+    }
+}
+
+impl Stream {
+    /// Block (with a timeout) to write everything: used only at shutdown.
+    pub fn write_all_blocking(&mut self, buf: &[u8], timeout: std::time::Duration) -> io::Result<()> {
+        let sock = match self {
+            Stream::Tcp(s) => SockRef::from(&*s),
+            Stream::Unix(s) => SockRef::from(&*s),
+        };
+        sock.set_nonblocking(false)?;
+        sock.set_write_timeout(Some(timeout))?;
+        self.write_all(buf)
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+macro_rules! delegate_source {
+    ($ty:ident, $($variant:ident),*) => {
+        impl Source for $ty {
+            fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+                match self { $($ty::$variant(s) => s.register(r, t, i),)* }
+            }
+            fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+                match self { $($ty::$variant(s) => s.reregister(r, t, i),)* }
+            }
+            fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+                match self { $($ty::$variant(s) => s.deregister(r),)* }
+            }
+        }
+    };
+}
+
+delegate_source!(Listener, Tcp, Unix);
+delegate_source!(Stream, Tcp, Unix);
