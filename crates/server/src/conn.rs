@@ -102,6 +102,18 @@ impl Conn {
         }
     }
 
+    /// Forget all input, output and state (a UDP datagram is processed on a
+    /// fresh connection each time).
+    pub fn reset(&mut self) {
+        self.rpos = 0;
+        self.rlen = 0;
+        self.wbuf.clear();
+        self.wpos = 0;
+        self.state = State::ReadLine;
+        self.mode = Mode::Undecided;
+        self.flush_mark = 0;
+    }
+
     /// Free space to read socket bytes into; call [`Conn::filled`] after.
     pub fn read_space(&mut self) -> &mut [u8] {
         if self.rpos == self.rlen {
@@ -214,6 +226,9 @@ impl Conn {
                             State::CloseAfterWrite => Status::CloseAfterWrite,
                             _ => Status::Open,
                         };
+                    }
+                    if let Some(ends) = exec.message_ends {
+                        ends.borrow_mut().push((self.wbuf.len(), false));
                     }
                     self.reqs_this_event += 1;
                     if self.reqs_this_event > reqs_per_event {

@@ -4,6 +4,7 @@
 //! see the connection itself (memcached's handlers take the whole `conn`; we
 //! keep the dependency narrow). Counters follow memcached's meanings.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use protocol::text::{DetailOp, GetCommand, Keys, Request, StatsGroup, StoreCommand, MAX_KEY_LEN};
@@ -53,6 +54,12 @@ pub fn memcached_item_fits(item_size_max: usize, key_len: usize, flags: u32, len
 pub struct Exec<'a> {
     pub shared: &'a Shared,
     pub stats: &'a WorkerStats,
+    /// Over UDP, memcached sends each request's reply, and each key of a
+    /// multi-get, as its own response message. When set, the output offsets
+    /// where one ends are recorded here, with whether an empty message is
+    /// still sent (memcached sends a header-only datagram for a missed key
+    /// that is not the last of its `get`).
+    pub message_ends: Option<&'a RefCell<Vec<(usize, bool)>>>,
 }
 
 const CRLF: &[u8] = b"\r\n";
@@ -211,10 +218,14 @@ impl Exec<'_> {
         } else {
             0
         };
-        for key in keys {
+        let mut keys = keys.peekable();
+        while let Some(key) = keys.next() {
             if key.len() > MAX_KEY_LEN {
                 // memcached drops every reply not yet written, then errors.
                 out.truncate(*flush_mark);
+                if let Some(ends) = self.message_ends {
+                    ends.borrow_mut().retain(|&(e, _)| e <= *flush_mark);
+                }
                 out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
                 return;
             }
@@ -241,6 +252,9 @@ impl Exec<'_> {
                         _ => {}
                     }
                 }
+            }
+            if let (Some(ends), Some(_)) = (self.message_ends, keys.peek()) {
+                ends.borrow_mut().push((out.len(), true));
             }
         }
         out.extend_from_slice(b"END\r\n");

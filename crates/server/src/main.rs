@@ -4,7 +4,8 @@
 //! - [`config`]: memcached's command-line flags and their defaults.
 //! - [`runtime`]: worker threads, each with its own epoll loop, listeners and
 //!   connections; the signal and maintenance threads.
-//! - [`net`]: TCP and UNIX listeners and streams behind one type.
+//! - [`net`]: TCP and UNIX listeners and streams behind one type; [`udp`]:
+//!   memcached's UDP framing.
 //! - [`conn`]: a sans-I/O connection: bytes in, replies out.
 //! - [`exec`]: one parsed request against the store, composing the reply;
 //!   [`meta`] and [`binary`] do the same for those protocols.
@@ -25,6 +26,7 @@ mod runtime;
 mod stats;
 mod stats_report;
 mod sys;
+mod udp;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
 use std::sync::Arc;

@@ -24,9 +24,11 @@ use crate::conn::{Conn, Status};
 use crate::exec::{Exec, Shared};
 use crate::net::{bind_tcp, bind_unix, Listener, Stream};
 use crate::stats::{bump, WorkerStats};
+use crate::udp::{bind_udp, UdpEndpoint};
 
 const WAKER: Token = Token(usize::MAX);
 const LISTENER_BASE: usize = usize::MAX / 2;
+const UDP_BASE: usize = usize::MAX / 4;
 /// Unparsed input a connection may hold before we stop reading it until its
 /// requests are executed (its output drains).
 const MAX_BUFFERED_INPUT_BYTES: usize = 4 * 1024 * 1024;
@@ -59,33 +61,44 @@ fn listen_addrs(shared: &Shared) -> Result<Vec<SocketAddr>> {
 /// workers and no network; otherwise one TCP listener per worker per `-l`
 /// address, with `SO_REUSEPORT`. With port 0 the first bind picks the port
 /// and the rest reuse it.
-fn bind_listeners(shared: &Shared) -> Result<Vec<Vec<Listener>>> {
+fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint>)>> {
     let settings = &shared.settings;
-    let mut per_worker: Vec<Vec<Listener>> = (0..settings.threads).map(|_| Vec::new()).collect();
+    let mut per_worker: Vec<(Vec<Listener>, Vec<UdpEndpoint>)> =
+        (0..settings.threads).map(|_| (Vec::new(), Vec::new())).collect();
     if let Some(path) = &settings.unix_socket {
         let first = Listener::Unix(bind_unix(path, settings.unix_mask, settings.backlog)?);
-        for listeners in per_worker.iter_mut().skip(1) {
+        for (listeners, _) in per_worker.iter_mut().skip(1) {
             listeners.push(first.try_clone_unix()?);
         }
-        per_worker[0].push(first);
+        per_worker[0].0.push(first);
         if settings.verbose > 0 {
             eprintln!("ferrocache: listening on {path}");
         }
         return Ok(per_worker);
     }
-    if settings.port == 0 {
-        return Ok(per_worker);
-    }
-    for mut addr in listen_addrs(shared)? {
-        for listeners in per_worker.iter_mut() {
-            let l = bind_tcp(addr, settings.backlog)?;
-            if addr.port() == 0 {
-                addr.set_port(l.local_addr()?.port());
+    for base in listen_addrs(shared)? {
+        if settings.port != 0 {
+            let mut addr = base;
+            for (listeners, _) in per_worker.iter_mut() {
+                let l = bind_tcp(addr, settings.backlog)?;
+                if addr.port() == 0 {
+                    addr.set_port(l.local_addr()?.port());
+                }
+                listeners.push(Listener::Tcp(l));
             }
-            listeners.push(Listener::Tcp(l));
+            if settings.verbose > 0 {
+                eprintln!("ferrocache: listening on {addr} (TCP)");
+            }
         }
-        if settings.verbose > 0 {
-            eprintln!("ferrocache: listening on {addr}");
+        if settings.udp_port != 0 {
+            let mut addr = base;
+            addr.set_port(settings.udp_port);
+            for (_, udp) in per_worker.iter_mut() {
+                udp.push(UdpEndpoint::new(bind_udp(addr)?));
+            }
+            if settings.verbose > 0 {
+                eprintln!("ferrocache: listening on {addr} (UDP)");
+            }
         }
     }
     Ok(per_worker)
@@ -102,11 +115,11 @@ pub fn run(shared: Arc<Shared>, worker_stats: Vec<Arc<WorkerStats>>) -> Result<(
 
     let mut wakers = Vec::new();
     let mut handles = Vec::new();
-    for (id, (listeners, stats)) in per_worker.into_iter().zip(worker_stats).enumerate() {
+    for (id, ((listeners, udp), stats)) in per_worker.into_iter().zip(worker_stats).enumerate() {
         let poll = Poll::new().context("creating epoll instance")?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         wakers.push(waker);
-        let mut worker = Worker::new(poll, listeners, shared.clone(), stats)?;
+        let mut worker = Worker::new(poll, listeners, udp, shared.clone(), stats)?;
         handles.push(
             std::thread::Builder::new()
                 .name(format!("worker-{id}"))
@@ -165,6 +178,7 @@ struct Client {
 struct Worker {
     poll: Poll,
     listeners: Vec<Listener>,
+    udp: Vec<UdpEndpoint>,
     clients: Vec<Option<Client>>,
     free: Vec<usize>,
     /// Connections to drive again without waiting for an event (they stopped
@@ -178,6 +192,7 @@ impl Worker {
     fn new(
         poll: Poll,
         mut listeners: Vec<Listener>,
+        mut udp: Vec<UdpEndpoint>,
         shared: Arc<Shared>,
         stats: Arc<WorkerStats>,
     ) -> Result<Self> {
@@ -185,9 +200,14 @@ impl Worker {
             poll.registry()
                 .register(l, Token(LISTENER_BASE + i), Interest::READABLE)?;
         }
+        for (i, u) in udp.iter_mut().enumerate() {
+            poll.registry()
+                .register(&mut u.socket, Token(UDP_BASE + i), Interest::READABLE)?;
+        }
         Ok(Worker {
             poll,
             listeners,
+            udp,
             clients: Vec::new(),
             free: Vec::new(),
             again: Vec::new(),
@@ -223,6 +243,7 @@ impl Worker {
                 match event.token() {
                     WAKER => {}
                     Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
+                    Token(t) if t >= UDP_BASE => self.serve_udp(t - UDP_BASE),
                     Token(idx) => self.drive(idx),
                 }
             }
@@ -287,6 +308,15 @@ impl Worker {
         }
     }
 
+    fn serve_udp(&mut self, i: usize) {
+        let exec = Exec {
+            shared: &self.shared,
+            stats: &self.stats,
+            message_ends: None,
+        };
+        self.udp[i].serve(&exec);
+    }
+
     fn close(&mut self, idx: usize) {
         if let Some(mut client) = self.clients[idx].take() {
             let _ = self.poll.registry().deregister(&mut client.stream);
@@ -300,6 +330,7 @@ impl Worker {
         let exec = Exec {
             shared: &self.shared,
             stats: &self.stats,
+            message_ends: None,
         };
         let Some(client) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
             return;
