@@ -113,6 +113,13 @@ struct Args {
     /// Enable the shutdown command
     #[arg(short = 'A', long = "enable-shutdown")]
     enable_shutdown: bool,
+    /// Benchmark floor: answer gets with a canned value and sets with STORED,
+    /// without touching the store (measures the network path alone)
+    #[arg(long = "null-store")]
+    null_store: bool,
+    /// Size of the canned value --null-store returns
+    #[arg(long = "null-value-bytes", default_value_t = 20)]
+    null_value_bytes: usize,
     /// Extended options, comma separated (idle_timeout=N, maxconns_fast, ...)
     #[arg(short = 'o', long = "extended")]
     extended: Vec<String>,
@@ -191,6 +198,8 @@ pub struct Settings {
     pub delimiter: String,
     /// Seconds without traffic after which a connection is closed (0 = never).
     pub idle_timeout_secs: u32,
+    /// `--null-store`: canned replies for get/set, for the benchmark floor.
+    pub null_store: Option<Vec<u8>>,
     /// Every `-o` option as given, for `stats settings`.
     pub extended: Vec<(String, String)>,
 }
@@ -289,6 +298,7 @@ impl Settings {
             growth_factor: a.growth_factor,
             delimiter: a.delimiter,
             idle_timeout_secs,
+            null_store: a.null_store.then(|| vec![b'x'; a.null_value_bytes]),
             extended,
         })
         .map(|s| {

@@ -229,8 +229,16 @@ impl Exec<'_> {
                 out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
                 return;
             }
-            let compose = |item: ItemRef<'_>| compose_value(out, item, with_cas);
-            let lookup = if touch {
+            let mut compose = |item: ItemRef<'_>| compose_value(out, item, with_cas);
+            let lookup = if let Some(value) = &self.shared.settings.null_store {
+                compose(ItemRef {
+                    key,
+                    value,
+                    flags: 0,
+                    cas: 1,
+                });
+                Lookup::Hit(())
+            } else if touch {
                 self.store().get_and_touch(key, new_exptime, now, compose)
             } else {
                 self.store().get(key, now, compose)
@@ -291,7 +299,11 @@ impl Exec<'_> {
             StoreCommand::Cas => StoreMode::Cas(cas),
         };
         let exptime = self.shared.clock.realtime(exptime);
-        let outcome = self.store().store(mode, key, flags, exptime, &data[..len], now);
+        let outcome = if self.shared.settings.null_store.is_some() {
+            StoreOutcome::Stored
+        } else {
+            self.store().store(mode, key, flags, exptime, &data[..len], now)
+        };
         let line: &[u8] = match outcome {
             StoreOutcome::Stored => {
                 if command == StoreCommand::Cas {

@@ -137,6 +137,7 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     o.yes_no("watch_enabled", s.watch_enabled);
     o.num("idle_timeout", s.idle_timeout_secs);
     o.str("io_backend", "epoll");
+    o.yes_no("null_store", s.null_store.is_some());
     for (key, value) in &s.extended {
         if key != "idle_timeout" {
             o.str(key, if value.is_empty() { "yes" } else { value });
