@@ -7,12 +7,12 @@ prints each run plus the medians: gets/s and client CPU µs per get (user +
 system of the client process, from rusage). The memcached it starts is
 killed by PID at the end.
 
-usage: vs_memcslap.py [ROUNDS] [FERROBENCH]   (defaults: 3, target-bench/release)
+usage: vs_memcslap.py [ROUNDS] [FERROBENCH]   (defaults: 3, target/release/ferrobench)
 """
 import json, os, re, resource, socket, statistics, subprocess, sys, time
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-FB = sys.argv[2] if len(sys.argv) > 2 else "/work/target-bench/release/ferrobench"
+FB = sys.argv[2] if len(sys.argv) > 2 else "target/release/ferrobench"
 KEYS = 4000          # memcslap: each of the 50 threads gets every key once
 CONNS = 50
 

@@ -255,3 +255,62 @@ fn server_closing_mid_run_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("closed the connection mid-run"), "{err}");
 }
+
+#[test]
+fn outstanding_cap_drops_and_counts() {
+    let mc = Memcached::start(false);
+    // One request in flight at most, offered far more than one connection
+    // can answer: the excess must be dropped and counted, not queued.
+    let report = ferrobench_json(&[
+        "--server",
+        &mc.addr(),
+        "--rate",
+        "200000",
+        "--max-outstanding",
+        "1",
+        "--duration",
+        "0.3",
+        "-c",
+        "1",
+        "--keyspace",
+        "10",
+    ]);
+    assert!(report["dropped"].as_u64().unwrap() > 0, "{report:#}");
+    assert!(report["ops"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn csv_hdr_and_plot_outputs_are_written() {
+    let mc = Memcached::start(false);
+    let dir = std::env::temp_dir().join(format!("ferrobench-out-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (hgrm, svg) = (dir.join("run.hgrm"), dir.join("run.svg"));
+    let out = ferrobench(&[
+        "--server",
+        &mc.addr(),
+        "--duration",
+        "0.3",
+        "-c",
+        "2",
+        "--csv",
+        "--quiet",
+        "--hdr-out",
+        hgrm.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 2, "{csv}");
+    assert!(lines[0].starts_with("target_rate,ops,ops_per_sec"));
+    assert!(std::fs::read_to_string(&hgrm)
+        .unwrap()
+        .contains("Percentile"));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<polyline"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

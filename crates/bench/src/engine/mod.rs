@@ -9,6 +9,7 @@
 //!         (not measured) |   measured: requests started here  | drain
 //! ```
 
+mod alarm;
 mod preload;
 pub mod wire;
 mod worker;

@@ -24,6 +24,7 @@ use anyhow::{anyhow, bail, Context};
 use mio::{Events, Interest, Poll, Token};
 use protocol::client::{ReplyBuffer, UdpHeader, UDP_HEADER_BYTES};
 
+use super::alarm::Alarm;
 use super::wire::{self, Outcome};
 use super::Shared;
 use crate::config::{Config, Load};
@@ -35,6 +36,12 @@ use crate::workload::{write_key, OpGen, OpKind, MAX_KEY_BYTES};
 
 /// Bytes asked of each TCP read.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// The poll token of the open loop's alarm (connections use their index).
+const ALARM: Token = Token(usize::MAX);
+/// Open loop: the alarm fires this long before an arrival and the worker
+/// spins (polls without sleeping) for the rest, absorbing the wake-up
+/// delay so requests leave on time.
+const SPIN_LEAD_NS: u64 = 30_000;
 /// Verification failures printed before going quiet.
 const MAX_REPORTED_CORRUPTIONS: u64 = 10;
 
@@ -156,6 +163,8 @@ pub struct Worker<'a> {
     valbuf: Vec<u8>,
     dgram: Vec<u8>,
     schedule: Option<Schedule>,
+    /// Open loop: wakes the poll at the next intended send time.
+    alarm: Option<Alarm>,
     quota: Option<u64>,
     issued: u64,
     outstanding: usize,
@@ -226,6 +235,14 @@ impl<'a> Worker<'a> {
                 free: Vec::new(),
             });
         }
+        let alarm = match setup.schedule {
+            Some(_) => {
+                let alarm = Alarm::new(shared.start).context("creating the open-loop timer")?;
+                alarm.register(poll.registry(), ALARM)?;
+                Some(alarm)
+            }
+            None => None,
+        };
         Ok(Worker {
             cfg,
             shared,
@@ -251,6 +268,7 @@ impl<'a> Worker<'a> {
             valbuf: Vec::new(),
             dgram: vec![0; 65536],
             schedule: setup.schedule,
+            alarm,
             quota: setup.quota,
             issued: 0,
             outstanding: 0,
@@ -302,7 +320,7 @@ impl<'a> Worker<'a> {
                 self.publish_progress();
                 next_progress_ns = now + 500_000_000;
             }
-            let timeout = self.poll_timeout(now, stopping);
+            let timeout = self.poll_timeout(now, stopping)?;
             match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -310,6 +328,12 @@ impl<'a> Worker<'a> {
             }
             let now = self.now_ns();
             for event in &events {
+                if event.token() == ALARM {
+                    if let Some(alarm) = &mut self.alarm {
+                        alarm.clear();
+                    }
+                    continue;
+                }
                 let ci = event.token().0;
                 if event.is_readable() || event.is_read_closed() || event.is_error() {
                     self.on_readable(ci, now)?;
@@ -332,24 +356,26 @@ impl<'a> Worker<'a> {
         self.quota.is_some_and(|q| self.issued >= q)
     }
 
-    fn poll_timeout(&self, now: u64, stopping: bool) -> Duration {
+    /// How long to wait for events; in the open loop, also arms the alarm
+    /// for the next arrival.
+    fn poll_timeout(&mut self, now: u64, stopping: bool) -> anyhow::Result<Duration> {
         let until = |t: u64| Duration::from_nanos(t.saturating_sub(now));
         let cap = Duration::from_millis(100);
         if stopping {
-            return until(self.shared.end_ns + self.timeout_ns).min(cap);
+            return Ok(until(self.shared.end_ns + self.timeout_ns).min(cap));
         }
-        match &self.schedule {
-            // epoll waits in whole milliseconds, rounding up: sleep only when
-            // the next arrival is further off than that, else spin.
-            Some(s) => {
-                let gap = until(s.peek());
-                if gap > Duration::from_millis(2) {
-                    (gap - Duration::from_millis(1)).min(cap)
-                } else {
-                    Duration::ZERO
+        match (&self.schedule, &mut self.alarm) {
+            (Some(s), Some(alarm)) => {
+                let next = s.peek();
+                if next <= now + SPIN_LEAD_NS {
+                    return Ok(Duration::ZERO);
                 }
+                alarm
+                    .arm(next - SPIN_LEAD_NS)
+                    .context("arming the open-loop timer")?;
+                Ok(until(next).min(cap) + Duration::from_millis(1))
             }
-            None => until(self.shared.end_ns).min(cap),
+            _ => Ok(until(self.shared.end_ns).min(cap)),
         }
     }
 
@@ -446,7 +472,7 @@ impl<'a> Worker<'a> {
                 hits: 0,
                 corrupt: 0,
             });
-            if request_id == u16::MAX || matches!(self.conns[ci].link, LinkState::Tcp { .. }) {
+            if matches!(self.conns[ci].link, LinkState::Tcp { .. }) {
                 self.mark_dirty(ci);
             }
         }
