@@ -279,20 +279,22 @@ impl Store {
             return (StoreOutcome::TooLarge, 0);
         }
         match mode {
-            StoreMode::Append => self.concat(key, value, true, now),
-            StoreMode::Prepend => self.concat(key, value, false, now),
-            _ => self.store_whole(mode, key, flags, exptime, value, now),
+            StoreMode::Append => self.concat(key, value, true, 0, now),
+            StoreMode::Prepend => self.concat(key, value, false, 0, now),
+            _ => self.store_whole(mode, key, flags, exptime, value, WholeExtra::default(), now),
         }
     }
 
     /// set/add/replace/cas: the new item does not depend on the old one.
-    fn store_whole(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn store_whole(
         &self,
         mode: StoreMode,
         key: &[u8],
         flags: u32,
         exptime: RelTime,
         value: &[u8],
+        extra: WholeExtra,
         now: RelTime,
     ) -> (StoreOutcome, u64) {
         let h = hash_key(self.seed, key);
@@ -304,7 +306,7 @@ impl Store {
                 .do_find_live(&mut shard, h, key, now)
                 .ok()
                 .map(|(_, hd)| hd.cas);
-            if let Some(refused) = condition(mode, live_cas) {
+            if let Some(refused) = condition_ext(mode, live_cas, extra.invalidate) {
                 return (refused, 0);
             }
         }
@@ -329,14 +331,15 @@ impl Store {
         let mut shard = slot.lock();
         let Shard { table, stats, .. } = &mut *shard;
         let entry = table.entry(h, |&e| self.key_eq(e, key), |&e| self.hash_entry(e));
-        let live_cas = match &entry {
+        let live = match &entry {
             Entry::Occupied(o) => {
                 let hd = self.header(*o.get());
-                (self.liveness(&hd, now) == Liveness::Live).then_some(hd.cas)
+                (self.liveness(&hd, now) == Liveness::Live).then_some(hd)
             }
             Entry::Vacant(_) => None,
         };
-        if let Some(refused) = condition(mode, live_cas) {
+        let live_cas = live.map(|hd| hd.cas);
+        if let Some(refused) = condition_ext(mode, live_cas, extra.invalidate) {
             if let Entry::Occupied(o) = entry {
                 if live_cas.is_none() {
                     let (old, _) = o.remove();
@@ -348,13 +351,39 @@ impl Store {
             return (refused, 0);
         }
         let cas = self.publish(r, entry, stats);
+        let mut mark = if extra.key_binary { item::MARK_KEY_BINARY } else { 0 };
+        let stale = match (mode, live) {
+            (StoreMode::Cas(want), Some(old)) if want != old.cas => Some(old),
+            _ => None,
+        };
+        if let Some(old) = stale {
+            // memcached's CAS_STALE: the value is replaced but keeps the old TTL, and is
+            // marked stale (keeping a win token already handed out).
+            mark |= item::MARK_STALE | (old.mark & item::MARK_TOKEN_SENT);
+        }
+        if mark != 0 || stale.is_some() {
+            // SAFETY: shard lock held and the item was just published under it (rule 2).
+            let w = unsafe { self.mut_window(pack(r.seg, r.off)) };
+            item::set_mark(w, mark);
+            if let Some(old) = stale {
+                item::set_exptime(w, old.exptime);
+            }
+        }
         drop(shard);
         self.release(r);
         (StoreOutcome::Stored, cas)
     }
 
     /// append/prepend: a new item holding old value and new data, in either order.
-    fn concat(&self, key: &[u8], data: &[u8], append: bool, now: RelTime) -> (StoreOutcome, u64) {
+    /// A non-zero `want_cas` must equal the item's CAS id (meta `ms MA C<cas>`).
+    pub(crate) fn concat(
+        &self,
+        key: &[u8],
+        data: &[u8],
+        append: bool,
+        want_cas: u64,
+        now: RelTime,
+    ) -> (StoreOutcome, u64) {
         let h = hash_key(self.seed, key);
         let slot = self.shard_for(h);
         loop {
@@ -365,6 +394,9 @@ impl Store {
                     Err(_) => return (StoreOutcome::NotStored, 0),
                 }
             };
+            if want_cas != 0 && old.cas != want_cas {
+                return (StoreOutcome::Exists, 0);
+            }
             let old_vlen = old.prefix.vlen;
             let vlen = old_vlen + data.len();
             if !self.item_fits(key.len(), vlen, old.flags) {
@@ -451,6 +483,27 @@ impl Store {
 
     /// memcached incr/decr; see the `arith` module for the exact number rules.
     pub fn incr_decr(&self, key: &[u8], delta: u64, incr: bool, now: RelTime) -> ArithOutcome {
+        match self.do_incr_decr(key, delta, incr, 0, None, now) {
+            DeltaResult::Value { value, .. } => ArithOutcome::Value(value),
+            DeltaResult::NotFound | DeltaResult::CasMismatch => ArithOutcome::NotFound,
+            DeltaResult::NonNumeric => ArithOutcome::NonNumeric,
+            DeltaResult::NoMemory => ArithOutcome::NoMemory,
+        }
+    }
+
+    /// memcached's `do_add_delta`: incr/decr, refused when a non-zero `want_cas` differs
+    /// from the item's CAS id. `ttl` becomes the item's exptime only when the number is
+    /// rewritten in place: memcached's meta `ma T` sets the exptime of the item it holds,
+    /// which is the replaced one when the digits outgrew the value.
+    pub(crate) fn do_incr_decr(
+        &self,
+        key: &[u8],
+        delta: u64,
+        incr: bool,
+        want_cas: u64,
+        ttl: Option<RelTime>,
+        now: RelTime,
+    ) -> DeltaResult {
         let h = hash_key(self.seed, key);
         let slot = self.shard_for(h);
         let mut buf = [0u8; arith::MAX_DIGITS];
@@ -458,18 +511,21 @@ impl Store {
             let mut shard = slot.lock();
             let (e, hdr) = match self.do_find_live(&mut shard, h, key, now) {
                 Ok(found) => found,
-                Err(_) => return ArithOutcome::NotFound,
+                Err(_) => return DeltaResult::NotFound,
             };
             let vlen = hdr.prefix.vlen;
+            if vlen == 0 || memcached_would_chunk(key.len(), hdr.prefix.has_flags, vlen) {
+                return DeltaResult::NonNumeric;
+            }
+            if want_cas != 0 && hdr.cas != want_cas {
+                return DeltaResult::CasMismatch;
+            }
             let (value, digits) = {
                 // SAFETY: shard lock held (rule 2).
                 let bytes = unsafe { self.item_bytes(e) };
                 let old = &bytes[bytes.len() - vlen..];
-                if old.is_empty() {
-                    return ArithOutcome::NonNumeric;
-                }
                 let Some(n) = arith::parse_u64(old) else {
-                    return ArithOutcome::NonNumeric;
+                    return DeltaResult::NonNumeric;
                 };
                 let value = arith::apply(n, delta, incr);
                 (value, arith::format_u64(value, &mut buf))
@@ -486,9 +542,18 @@ impl Store {
                 arith::write_in_place(v, digits);
                 // SAFETY: as above, the mutable header window only.
                 let w = unsafe { self.mut_window(e) };
-                item::set_cas(w, self.next_cas());
+                let cas = self.next_cas();
+                item::set_cas(w, cas);
                 item::set_time(w, now);
-                return ArithOutcome::Value(value);
+                if let Some(t) = ttl {
+                    item::set_exptime(w, t);
+                }
+                return DeltaResult::Value {
+                    value,
+                    cas,
+                    exptime: hdr.exptime,
+                    in_place: true,
+                };
             }
             drop(shard);
             // The digits outgrew the value: store a new item with exactly the digits.
@@ -501,7 +566,7 @@ impl Store {
                 cas: 0,
             };
             let Some(r) = self.reserve(new.total_len(), now) else {
-                return ArithOutcome::NoMemory;
+                return DeltaResult::NoMemory;
             };
             {
                 // SAFETY: the region is reserved for us and not yet published (rule 1).
@@ -519,10 +584,16 @@ impl Store {
                 continue;
             }
             self.copy_exptime(r, e);
-            self.publish(r, entry, stats);
+            let exptime = self.header(e).exptime;
+            let cas = self.publish(r, entry, stats);
             drop(shard);
             self.release(r);
-            return ArithOutcome::Value(value);
+            return DeltaResult::Value {
+                value,
+                cas,
+                exptime,
+                in_place: false,
+            };
         }
     }
 
@@ -739,7 +810,7 @@ impl Store {
 
     /// Under the shard lock: whether `entry` still holds the same live item version that
     /// was read before the lock was dropped (same location and same CAS id).
-    fn unchanged(&self, entry: &Entry<'_, u64>, e: u64, cas: u64, now: RelTime) -> bool {
+    pub(crate) fn unchanged(&self, entry: &Entry<'_, u64>, e: u64, cas: u64, now: RelTime) -> bool {
         match entry {
             Entry::Occupied(o) if *o.get() == e => {
                 let cur = self.header(e);
@@ -750,7 +821,7 @@ impl Store {
     }
 
     /// Under the shard lock: copy the current exptime of item `e` into reservation `r`.
-    fn copy_exptime(&self, r: Reservation, e: u64) {
+    pub(crate) fn copy_exptime(&self, r: Reservation, e: u64) {
         let exptime = self.header(e).exptime;
         // SAFETY: `r` is still unpublished and ours (rule 1); only its header window.
         let w = unsafe {
@@ -762,7 +833,7 @@ impl Store {
 
     /// Stamp a fresh CAS id on the written reservation `r` and point `entry` at it.
     /// Runs under the shard lock; returns the CAS id.
-    fn publish(&self, r: Reservation, entry: Entry<'_, u64>, stats: &mut ShardStats) -> u64 {
+    pub(crate) fn publish(&self, r: Reservation, entry: Entry<'_, u64>, stats: &mut ShardStats) -> u64 {
         let cas = self.next_cas();
         // SAFETY: `r` is still unpublished and ours (rule 1); only its header window.
         let w = unsafe {
@@ -787,6 +858,41 @@ impl Store {
             .live_bytes
             .fetch_add(u64::from(r.len), Ordering::Relaxed);
         cas
+    }
+}
+
+/// What [`Store::do_incr_decr`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DeltaResult {
+    /// The new value, the item's new CAS id and its exptime before any `ttl` was applied.
+    Value {
+        value: u64,
+        cas: u64,
+        exptime: RelTime,
+        in_place: bool,
+    },
+    NotFound,
+    CasMismatch,
+    NonNumeric,
+    NoMemory,
+}
+
+/// Meta-protocol options of a whole-item store.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct WholeExtra {
+    /// `ms I`: a CAS older than the item's stores the value as stale instead of failing.
+    pub invalidate: bool,
+    /// `ms b`: remember that the key was sent base64-encoded.
+    pub key_binary: bool,
+}
+
+/// [`condition`], with memcached's `CAS_STALE` rule when `invalidate` is set: a non-zero
+/// CAS lower than the item's is accepted.
+#[inline]
+fn condition_ext(mode: StoreMode, live_cas: Option<u64>, invalidate: bool) -> Option<StoreOutcome> {
+    match (mode, live_cas) {
+        (StoreMode::Cas(want), Some(have)) if invalidate && want != 0 && want < have => None,
+        _ => condition(mode, live_cas),
     }
 }
 
@@ -820,7 +926,7 @@ fn item_ref<'a>(bytes: &'a [u8], hdr: &Header) -> ItemRef<'a> {
 impl Lookup<std::convert::Infallible> {
     /// Re-type a miss.
     #[inline]
-    fn map_never<R>(self) -> Lookup<R> {
+    pub(crate) fn map_never<R>(self) -> Lookup<R> {
         match self {
             Lookup::Hit(never) => match never {},
             Lookup::Miss => Lookup::Miss,
@@ -1241,4 +1347,15 @@ mod tests {
         assert_eq!(s.shards.len(), 128);
         assert_eq!(s.stats().segments_used, 0, "segments are allocated lazily");
     }
+}
+
+/// memcached stores an item whose total size exceeds its `slab_chunk_max`
+/// (512 KiB by default) in chunks, and refuses incr/decr on a chunked item as
+/// non-numeric whatever its digits. The total is memcached's: a 48-byte
+/// header, the key and its NUL, 4 bytes of flags when non-zero, the value and
+/// its `\r\n`, and the 8-byte cas.
+fn memcached_would_chunk(key_len: usize, has_flags: bool, value_len: usize) -> bool {
+    const MEMCACHED_SLAB_CHUNK_MAX_BYTES: usize = 512 * 1024;
+    let total = 48 + key_len + 1 + if has_flags { 4 } else { 0 } + value_len + 2 + 8;
+    total > MEMCACHED_SLAB_CHUNK_MAX_BYTES
 }
