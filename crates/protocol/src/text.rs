@@ -19,7 +19,7 @@
 //! (leading whitespace and `+` accepted, 32-bit truncation of 64-bit
 //! results); see `docs/protocol.md`.
 
-use memchr::memchr;
+use memchr::{memchr, memchr2};
 
 use crate::meta::{parse_meta, MetaCommand, MetaRequest};
 
@@ -51,7 +51,15 @@ pub enum LineFrame {
 /// `try_read_command_ascii` does.
 #[must_use]
 pub fn frame_line(buf: &[u8]) -> LineFrame {
-    let Some(nl) = memchr(b'\n', buf) else {
+    // One pass finds the newline, or a NUL before it (rare: memcached treats
+    // the line as a C string, so a NUL ends the command early).
+    let first = memchr2(b'\n', 0, buf);
+    let (nl, nul) = match first {
+        Some(i) if buf[i] == b'\n' => (Some(i), None),
+        Some(i) => (memchr(b'\n', &buf[i..]).map(|n| i + n), Some(i)),
+        None => (None, None),
+    };
+    let Some(nl) = nl else {
         if buf.len() > MAX_UNTERMINATED_LINE_BYTES {
             let spaces = buf.iter().take_while(|&&b| b == b' ').count();
             let rest = &buf[spaces..];
@@ -68,9 +76,8 @@ pub fn frame_line(buf: &[u8]) -> LineFrame {
     if nl > 1 && buf[nl - 1] == b'\r' {
         end -= 1;
     }
-    // memcached handles the line as a C string: a NUL byte ends it.
-    if let Some(nul) = memchr(0, &buf[..end]) {
-        end = nul;
+    if let Some(nul) = nul {
+        end = end.min(nul);
     }
     LineFrame::Line { end, next: nl + 1 }
 }
@@ -361,6 +368,9 @@ fn invalid<'a>(reply: ErrorReply) -> Request<'a> {
 /// Parse one request line (as framed by [`frame_line`]).
 #[must_use]
 pub fn parse_request(line: &[u8]) -> Request<'_> {
+    if let Some(fast) = parse_plain_get(line) {
+        return fast;
+    }
     let t = Tokens::new(line, 0);
     let ntokens = t.len() + 1;
     let cmd = t.get(0);
@@ -411,6 +421,28 @@ pub fn parse_request(line: &[u8]) -> Request<'_> {
             }
         }
     }
+}
+
+/// Fast path for the most common request, `get`/`gets` with keys: the key
+/// iterator splits the line itself, so the general tokenizer (which would
+/// scan the same bytes first) is skipped. Returns `None` for anything else.
+fn parse_plain_get(line: &[u8]) -> Option<Request<'_>> {
+    let start = line.iter().position(|&b| b != b' ')?;
+    let rest = &line[start..];
+    let (command, cmd_len) = if rest.starts_with(b"get ") {
+        (GetCommand::Get, 3)
+    } else if rest.starts_with(b"gets ") {
+        (GetCommand::Gets, 4)
+    } else {
+        return None;
+    };
+    let keys_at = start + cmd_len;
+    // memcached wants at least one token after the command.
+    line[keys_at..].iter().any(|&b| b != b' ').then(|| Request::Get {
+        command,
+        exptime: 0,
+        keys: Keys::new(line, keys_at),
+    })
 }
 
 fn parse_get<'a>(t: &Tokens<'a>, line: &'a [u8], command: GetCommand) -> Request<'a> {
