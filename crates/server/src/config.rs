@@ -113,6 +113,13 @@ struct Args {
     /// Enable the shutdown command
     #[arg(short = 'A', long = "enable-shutdown")]
     enable_shutdown: bool,
+    /// Pin worker N to CPU N, and steer each connection to the worker on the
+    /// CPU that receives its packets (reuseport CBPF)
+    #[arg(long = "pin")]
+    pin: bool,
+    /// Busy-poll sockets for this many microseconds (SO_BUSY_POLL); 0 = off
+    #[arg(long = "busy-poll-us", default_value_t = 0)]
+    busy_poll_us: u32,
     /// Benchmark floor: answer gets with a canned value and sets with STORED,
     /// without touching the store (measures the network path alone)
     #[arg(long = "null-store")]
@@ -198,6 +205,10 @@ pub struct Settings {
     pub delimiter: String,
     /// Seconds without traffic after which a connection is closed (0 = never).
     pub idle_timeout_secs: u32,
+    /// `--pin`: one CPU per worker and CPU-steered accepts.
+    pub pin: bool,
+    /// `--busy-poll-us`: SO_BUSY_POLL on client sockets (0 = off).
+    pub busy_poll_us: u32,
     /// `--null-store`: canned replies for get/set, for the benchmark floor.
     pub null_store: Option<Vec<u8>>,
     /// Every `-o` option as given, for `stats settings`.
@@ -298,6 +309,8 @@ impl Settings {
             growth_factor: a.growth_factor,
             delimiter: a.delimiter,
             idle_timeout_secs,
+            pin: a.pin,
+            busy_poll_us: a.busy_poll_us,
             null_store: a.null_store.then(|| vec![b'x'; a.null_value_bytes]),
             extended,
         })

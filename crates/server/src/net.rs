@@ -93,6 +93,16 @@ impl Listener {
 }
 
 impl Stream {
+    /// `--busy-poll-us` on this connection.
+    pub fn set_busy_poll(&self, micros: u32) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        };
+        crate::sys::set_busy_poll(fd, micros)
+    }
+
     /// Block (with a timeout) to write everything: used only at shutdown.
     pub fn write_all_blocking(&mut self, buf: &[u8], timeout: std::time::Duration) -> io::Result<()> {
         let sock = match self {

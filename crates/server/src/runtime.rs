@@ -13,6 +13,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,6 +87,14 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
                 }
                 listeners.push(Listener::Tcp(l));
             }
+            if settings.pin {
+                if let Some(Listener::Tcp(first)) = per_worker[0].0.last() {
+                    let workers = settings.threads as u32;
+                    if let Err(e) = crate::sys::attach_reuseport_cpu_steering(first.as_raw_fd(), workers) {
+                        eprintln!("ferrocache: CPU steering unavailable ({e}); the kernel will hash connections");
+                    }
+                }
+            }
             if settings.verbose > 0 {
                 eprintln!("ferrocache: listening on {addr} (TCP)");
             }
@@ -120,10 +129,18 @@ pub fn run(shared: Arc<Shared>, worker_stats: Vec<Arc<WorkerStats>>) -> Result<(
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         wakers.push(waker);
         let mut worker = Worker::new(poll, listeners, udp, shared.clone(), stats)?;
+        let pin = shared.settings.pin.then(|| id % crate::sys::available_cpus());
         handles.push(
             std::thread::Builder::new()
                 .name(format!("worker-{id}"))
-                .spawn(move || worker.run())?,
+                .spawn(move || {
+                    if let Some(cpu) = pin {
+                        if let Err(e) = crate::sys::pin_current_thread(cpu) {
+                            eprintln!("ferrocache: cannot pin worker {id} to CPU {cpu}: {e}");
+                        }
+                    }
+                    worker.run()
+                })?,
         );
     }
 
@@ -283,6 +300,13 @@ impl Worker {
                 continue;
             }
             bump(&self.stats.total_connections, 1);
+            if self.shared.settings.busy_poll_us > 0 {
+                if let Err(e) = stream.set_busy_poll(self.shared.settings.busy_poll_us) {
+                    if self.shared.settings.verbose > 0 {
+                        eprintln!("ferrocache: SO_BUSY_POLL refused: {e}");
+                    }
+                }
+            }
             let idx = self.free.pop().unwrap_or_else(|| {
                 self.clients.push(None);
                 self.clients.len() - 1

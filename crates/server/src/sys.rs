@@ -106,3 +106,102 @@ mod tests {
         }
     }
 }
+
+/// Pin the calling thread to one CPU (`--pin`).
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    // SAFETY: an all-zero cpu_set_t is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes one bit inside the set we own; `cpu` is bounded
+    // by the caller to the machine's CPU count, far below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 means the calling thread; the set pointer and size are valid.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Set an integer socket option on a raw descriptor.
+fn set_int_option(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: the option value points to a live i32 of the stated size; the
+    // kernel validates `fd`, `level` and `name`.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `--busy-poll-us`: `SO_BUSY_POLL` and `SO_PREFER_BUSY_POLL` on a socket.
+pub fn set_busy_poll(fd: i32, micros: u32) -> io::Result<()> {
+    const SO_PREFER_BUSY_POLL: i32 = 69;
+    set_int_option(fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, micros as i32)?;
+    set_int_option(fd, libc::SOL_SOCKET, SO_PREFER_BUSY_POLL, 1)
+}
+
+/// With `--pin`, steer each new connection to the listener of the worker
+/// pinned to the CPU that received its packets: a classic BPF program on the
+/// `SO_REUSEPORT` group returns `cpu % workers` as the socket index (sockets
+/// are indexed in bind order, which is worker order).
+pub fn attach_reuseport_cpu_steering(fd: i32, workers: u32) -> io::Result<()> {
+    const SO_ATTACH_REUSEPORT_CBPF: i32 = 51;
+    const SKF_AD_OFF: u32 = (-0x1000i32) as u32;
+    const SKF_AD_CPU: u32 = 36;
+    let program = [
+        // A = current CPU
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: SKF_AD_OFF + SKF_AD_CPU,
+        },
+        // A = A % workers
+        libc::sock_filter {
+            code: (libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: workers.max(1),
+        },
+        // return A
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_A) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+    ];
+    let prog = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `prog` points to `program`, which outlives the call; the kernel
+    // copies and verifies the filter before returning.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            (&prog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Number of CPUs this process may run on.
+#[must_use]
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
