@@ -1,9 +1,33 @@
-//! Execution of the binary protocol.
+//! Execution of the binary protocol, as memcached 1.6.18's `proto_bin.c`.
 //!
-//! Placeholder: a connection that opens with the binary magic byte is closed
-//! until the binary protocol is served.
+//! A connection whose first byte is `0x80` speaks binary for its whole life.
+//! [`step_with`] looks at the start of the unparsed input and either waits
+//! for more, or executes one request and says how many bytes it used.
+//!
+//! memcached reads a request in two parts, and so do we:
+//!
+//! ```text
+//!  [ 24-byte header | extras | key ]  read, checked and dispatched first
+//!  [ value ... ]                      set/add/replace/append/prepend/SASL only:
+//!                                     refused (and swallowed) before it is read
+//!                                     when it cannot fit, else read whole
+//! ```
+//!
+//! Other commands never read a value: bytes a header counts past its key are
+//! parsed as the next request, exactly as memcached does. Replies are
+//! byte-identical to memcached's, including its quirks (see the "Binary
+//! protocol" section of docs/protocol.md): the success reply of a quiet
+//! command is suppressed but its errors are not; an unknown opcode swallows
+//! `body length` bytes *after* its extras and key; a bad magic byte closes the
+//! connection, dropping the replies memcached had not flushed yet.
 
-use crate::exec::Exec;
+use protocol::binary::{
+    opcode, write_response_header, Header, Status, HEADER_LEN, MAX_KEY_LEN, REQUEST_MAGIC,
+};
+use storage::{ArithOutcome, Lookup, StoreMode, StoreOutcome};
+
+use crate::exec::{memcached_item_fits, Exec};
+use crate::stats::bump;
 
 /// The result of looking at the start of a binary-protocol input buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,12 +41,919 @@ pub enum BinaryStep {
     Swallow { consumed: usize, remaining: usize },
     /// Write pending replies, then close (`quit`).
     CloseAfterWrite(usize),
-    /// Close the connection.
-    Close,
+}
+
+/// The longest SASL mechanism name memcached accepts (`MAX_SASL_MECH_LEN`).
+const MAX_SASL_MECH_LEN: usize = 32;
+/// The only mechanism served.
+const SASL_MECHS: &[u8] = b"PLAIN";
+
+/// SASL PLAIN credentials, from a password file of `user:password` lines
+/// (memcached's `MEMCACHED_SASL_PWDB` format).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sasl {
+    users: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Sasl {
+    /// Read the password file at `path`.
+    pub fn load(path: &std::path::Path) -> std::io::Result<Sasl> {
+        Ok(Sasl::parse_pwdb(&std::fs::read(path)?))
+    }
+
+    /// Parse `user:password` lines; lines without a `:` are ignored, and the
+    /// password is everything after the first `:` up to the line end.
+    #[must_use]
+    pub fn parse_pwdb(text: &[u8]) -> Sasl {
+        let users = text
+            .split(|&b| b == b'\n')
+            .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+            .filter_map(|line| {
+                let colon = line.iter().position(|&b| b == b':')?;
+                Some((line[..colon].to_vec(), line[colon + 1..].to_vec()))
+            })
+            .filter(|(user, _)| !user.is_empty())
+            .collect();
+        Sasl { users }
+    }
+
+    /// Check a PLAIN message: `[authzid] NUL authcid NUL password`. An
+    /// authorization id, when given, must name the same user.
+    #[must_use]
+    pub fn check_plain(&self, message: &[u8]) -> bool {
+        let mut parts = message.splitn(3, |&b| b == 0);
+        let (Some(authzid), Some(user), Some(password)) =
+            (parts.next(), parts.next(), parts.next())
+        else {
+            return false;
+        };
+        if !authzid.is_empty() && authzid != user {
+            return false;
+        }
+        self.users
+            .iter()
+            .any(|(u, p)| u.as_slice() == user && p.as_slice() == password)
+    }
+}
+
+/// Per-connection binary-protocol state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Session {
+    /// SASL authentication succeeded on this connection.
+    authenticated: bool,
+    /// A SASL_AUTH started a mechanism (memcached's `sasl_started`).
+    sasl_started: bool,
 }
 
 /// Execute the binary request at the start of `input`, if it is complete.
-pub fn step(exec: &Exec<'_>, input: &[u8], out: &mut Vec<u8>) -> BinaryStep {
-    let _ = (exec, input, out);
-    BinaryStep::Close
+///
+/// `sasl` is the credential store when the server runs with `-S`; `session`
+/// is the connection's own state. `flush_mark` is where memcached would last
+/// have written this connection's output: it is moved forward where
+/// memcached flushes (after `NOOP` and after every error reply that swallows
+/// nothing), and on a bad magic byte the output after it is dropped.
+pub fn step_with(
+    exec: &Exec<'_>,
+    sasl: Option<&Sasl>,
+    session: &mut Session,
+    input: &[u8],
+    out: &mut Vec<u8>,
+    flush_mark: &mut usize,
+) -> BinaryStep {
+    let Some(header) = Header::parse(input) else {
+        return BinaryStep::Incomplete;
+    };
+    if header.magic != REQUEST_MAGIC {
+        // memcached closes at once; what it had not flushed is lost.
+        out.truncate((*flush_mark).min(out.len()));
+        return BinaryStep::CloseAfterWrite(0);
+    }
+    let head_len = HEADER_LEN + header.extras_and_key_len();
+    if input.len() < head_len {
+        return BinaryStep::Incomplete;
+    }
+    let mut req = Request {
+        exec,
+        header,
+        input,
+        head_len,
+        out,
+        flush_mark,
+    };
+    let key_len = usize::from(header.key_len);
+    let ext_len = usize::from(header.extras_len);
+    if header.value_len().is_none() {
+        req.error(Status::UnknownCommand);
+        return BinaryStep::CloseAfterWrite(head_len);
+    }
+    if sasl.is_some() && !session.authenticated && !sasl_exempt(header.opcode) {
+        req.error(Status::AuthError);
+        return BinaryStep::CloseAfterWrite(head_len);
+    }
+    if key_len > MAX_KEY_LEN {
+        return req.protocol_error();
+    }
+    let body_len = header.body_len as usize;
+    let (op, quiet) = opcode::unquiet(header.opcode);
+    match op {
+        opcode::VERSION if ext_len == 0 && key_len == 0 && body_len == 0 => {
+            req.success(0, 0, crate::config::VERSION.as_bytes(), quiet);
+            BinaryStep::Consumed(head_len)
+        }
+        opcode::FLUSH if key_len == 0 && body_len == ext_len && (ext_len == 0 || ext_len == 4) => {
+            req.flush(quiet);
+            BinaryStep::Consumed(head_len)
+        }
+        opcode::NOOP if ext_len == 0 && key_len == 0 && body_len == 0 => {
+            req.success(0, 0, b"", false);
+            req.flushed();
+            BinaryStep::Consumed(head_len)
+        }
+        opcode::SET | opcode::ADD | opcode::REPLACE if ext_len == 8 && key_len != 0 => {
+            req.update(op, quiet)
+        }
+        opcode::APPEND | opcode::PREPEND if ext_len == 0 && key_len != 0 => req.update(op, quiet),
+        opcode::GET | opcode::GETK if ext_len == 0 && body_len == key_len && key_len > 0 => {
+            req.get_or_touch(op, quiet);
+            BinaryStep::Consumed(head_len)
+        }
+        opcode::TOUCH | opcode::GAT | opcode::GATK if ext_len == 4 && key_len != 0 => {
+            req.get_or_touch(op, quiet);
+            BinaryStep::Consumed(head_len)
+        }
+        opcode::DELETE if key_len > 0 && ext_len == 0 && body_len == key_len => {
+            req.delete(quiet);
+            BinaryStep::Consumed(head_len)
+        }
+        opcode::INCREMENT | opcode::DECREMENT
+            if key_len > 0 && ext_len == 20 && body_len == key_len + 20 =>
+        {
+            req.arith(op == opcode::INCREMENT, quiet);
+            BinaryStep::Consumed(head_len)
+        }
+        opcode::STAT if ext_len == 0 => {
+            req.stat();
+            BinaryStep::Consumed(head_len)
+        }
+        opcode::QUIT if key_len == 0 && ext_len == 0 && body_len == 0 => {
+            req.success(0, 0, b"", quiet);
+            BinaryStep::CloseAfterWrite(head_len)
+        }
+        opcode::SASL_LIST_MECHS if ext_len == 0 && key_len == 0 && body_len == 0 => {
+            if sasl.is_none() {
+                return req.error_swallow(Status::UnknownCommand, body_len - key_len);
+            }
+            req.success(0, 0, SASL_MECHS, false);
+            BinaryStep::Consumed(head_len)
+        }
+        opcode::SASL_AUTH | opcode::SASL_STEP if ext_len == 0 && key_len != 0 => match sasl {
+            None => req.error_swallow(Status::UnknownCommand, body_len - key_len),
+            Some(sasl) => req.sasl_auth(sasl, session),
+        },
+        opcode::VERSION
+        | opcode::FLUSH
+        | opcode::NOOP
+        | opcode::SET
+        | opcode::ADD
+        | opcode::REPLACE
+        | opcode::APPEND
+        | opcode::PREPEND
+        | opcode::GET
+        | opcode::GETK
+        | opcode::TOUCH
+        | opcode::GAT
+        | opcode::GATK
+        | opcode::DELETE
+        | opcode::INCREMENT
+        | opcode::DECREMENT
+        | opcode::STAT
+        | opcode::QUIT
+        | opcode::SASL_LIST_MECHS
+        | opcode::SASL_AUTH
+        | opcode::SASL_STEP => req.protocol_error(),
+        // memcached swallows `body length` bytes counted from after the
+        // extras and key it has already read (an overshoot we copy).
+        _ => req.error_swallow(Status::UnknownCommand, body_len),
+    }
+}
+
+/// Commands an unauthenticated connection may send when SASL is on.
+fn sasl_exempt(op: u8) -> bool {
+    matches!(
+        op,
+        opcode::SASL_LIST_MECHS | opcode::SASL_AUTH | opcode::SASL_STEP | opcode::VERSION
+    )
+}
+
+/// One dispatched request: its header, where its parts lie in the input,
+/// and the output it answers into.
+struct Request<'e, 'a, 'i, 'o> {
+    exec: &'e Exec<'a>,
+    header: Header,
+    input: &'i [u8],
+    /// Header, extras and key.
+    head_len: usize,
+    out: &'o mut Vec<u8>,
+    flush_mark: &'o mut usize,
+}
+
+impl Request<'_, '_, '_, '_> {
+    fn extras(&self) -> &[u8] {
+        &self.input[HEADER_LEN..HEADER_LEN + usize::from(self.header.extras_len)]
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.input[HEADER_LEN + usize::from(self.header.extras_len)..self.head_len]
+    }
+
+    fn extra_u32(&self, at: usize) -> u32 {
+        let e = self.extras();
+        u32::from_be_bytes([e[at], e[at + 1], e[at + 2], e[at + 3]])
+    }
+
+    fn extra_u64(&self, at: usize) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.extras()[at..at + 8]);
+        u64::from_be_bytes(b)
+    }
+
+    /// A binary expiration: unsigned, so never "already expired" as a
+    /// negative text exptime is (memcached passes it to `realtime()` as a
+    /// positive `time_t`).
+    fn realtime(&self, exptime: u32) -> u32 {
+        self.exec.shared.clock.realtime_positive(i64::from(exptime))
+    }
+
+    fn now(&self) -> u32 {
+        self.exec.shared.clock.now()
+    }
+
+    fn head(&mut self, status: Status, extras_len: u8, key_len: u16, body_len: usize, cas: u64) {
+        write_response_header(
+            self.out,
+            self.header.opcode,
+            status,
+            extras_len,
+            key_len,
+            body_len as u32,
+            self.header.opaque,
+            cas,
+        );
+    }
+
+    /// memcached flushes the connection's output here.
+    fn flushed(&mut self) {
+        *self.flush_mark = self.out.len();
+    }
+
+    /// memcached's `write_bin_response()`: a success reply, unless quiet.
+    fn success(&mut self, cas: u64, extras_len: u8, body: &[u8], quiet: bool) {
+        if quiet {
+            return;
+        }
+        self.head(Status::Success, extras_len, 0, body.len(), cas);
+        self.out.extend_from_slice(body);
+    }
+
+    /// memcached's `write_bin_error()` with nothing to swallow: sent even
+    /// for quiet commands, and the output is flushed.
+    fn error(&mut self, status: Status) {
+        self.error_text(status, status.message());
+    }
+
+    fn error_text(&mut self, status: Status, text: &[u8]) {
+        self.head(status, 0, 0, text.len(), 0);
+        self.out.extend_from_slice(text);
+        self.flushed();
+    }
+
+    /// An error reply, then swallow `n` bytes after the extras and key.
+    fn error_swallow(&mut self, status: Status, n: usize) -> BinaryStep {
+        if n == 0 {
+            self.error(status);
+            return BinaryStep::Consumed(self.head_len);
+        }
+        // memcached does not flush until the swallowing is done.
+        let text = status.message();
+        self.head(status, 0, 0, text.len(), 0);
+        self.out.extend_from_slice(text);
+        BinaryStep::Swallow {
+            consumed: self.head_len,
+            remaining: n,
+        }
+    }
+
+    /// memcached's `handle_binary_protocol_error()`: `Invalid arguments`, close.
+    fn protocol_error(&mut self) -> BinaryStep {
+        self.error(Status::InvalidArguments);
+        BinaryStep::CloseAfterWrite(self.head_len)
+    }
+
+    fn get_or_touch(&mut self, op: u8, quiet: bool) {
+        let touch = matches!(op, opcode::TOUCH | opcode::GAT | opcode::GATK);
+        let return_key = matches!(op, opcode::GETK | opcode::GATK);
+        let return_value = op != opcode::TOUCH;
+        let now = self.now();
+        let exptime = if touch {
+            self.realtime(self.extra_u32(0))
+        } else {
+            0
+        };
+        let key_start = HEADER_LEN + usize::from(self.header.extras_len);
+        let input = self.input;
+        let key = &input[key_start..self.head_len];
+        let opcode = self.header.opcode;
+        let opaque = self.header.opaque;
+        let store = &self.exec.shared.store;
+        let out = &mut *self.out;
+        let compose = |item: storage::ItemRef<'_>| {
+            let key_len = if return_key { item.key.len() } else { 0 };
+            let value_len = if return_value { item.value.len() } else { 0 };
+            write_response_header(
+                out,
+                opcode,
+                Status::Success,
+                4,
+                key_len as u16,
+                (4 + key_len + value_len) as u32,
+                opaque,
+                item.cas,
+            );
+            out.extend_from_slice(&item.flags.to_be_bytes());
+            if return_key {
+                out.extend_from_slice(item.key);
+            }
+            if return_value {
+                out.extend_from_slice(item.value);
+            }
+        };
+        let lookup = if touch {
+            store.get_and_touch(key, exptime, now, compose)
+        } else {
+            store.get(key, now, compose)
+        };
+        let stats = self.exec.stats;
+        bump(
+            if touch {
+                &stats.cmd_touch
+            } else {
+                &stats.cmd_get
+            },
+            1,
+        );
+        if lookup.is_hit() {
+            bump(
+                if touch {
+                    &stats.touch_hits
+                } else {
+                    &stats.get_hits
+                },
+                1,
+            );
+            return;
+        }
+        bump(
+            if touch {
+                &stats.touch_misses
+            } else {
+                &stats.get_misses
+            },
+            1,
+        );
+        match lookup {
+            Lookup::Expired => bump(&stats.get_expired, 1),
+            Lookup::Flushed => bump(&stats.get_flushed, 1),
+            _ => {}
+        }
+        if quiet {
+            return;
+        }
+        if return_key {
+            // The miss carries the key instead of a message, and is not a
+            // flush point (`write_bin_miss_response()`).
+            self.head(Status::KeyNotFound, 0, key.len() as u16, key.len(), 0);
+            self.out.extend_from_slice(key);
+        } else {
+            self.error(Status::KeyNotFound);
+        }
+    }
+
+    /// set/add/replace (extras: flags, exptime) and append/prepend (no extras).
+    fn update(&mut self, op: u8, quiet: bool) -> BinaryStep {
+        let value_len = self.header.value_len().unwrap_or(0);
+        let concat = matches!(op, opcode::APPEND | opcode::PREPEND);
+        let (flags, exptime) = if concat {
+            (0, 0)
+        } else {
+            (self.extra_u32(0), self.extra_u32(4))
+        };
+        let item_size_max = self.exec.shared.settings.item_size_max_bytes;
+        let key_len = usize::from(self.header.key_len);
+        if !memcached_item_fits(item_size_max, key_len, flags, value_len) {
+            if op == opcode::SET {
+                // memcached unlinks the old value so it cannot outlive the set.
+                let key = self.key();
+                self.exec.shared.store.delete(key, self.now());
+            }
+            return self.error_swallow(Status::TooLarge, value_len);
+        }
+        let total = self.header.packet_len();
+        if self.input.len() < total {
+            return BinaryStep::Incomplete;
+        }
+        let input = self.input;
+        let key = &input[HEADER_LEN + usize::from(self.header.extras_len)..self.head_len];
+        let value = &input[self.head_len..total];
+        let stats = self.exec.stats;
+        let store = &self.exec.shared.store;
+        let now = self.now();
+        bump(&stats.cmd_set, 1);
+        let cas_in = self.header.cas;
+        let mode = match op {
+            _ if cas_in != 0 && !concat => StoreMode::Cas(cas_in),
+            opcode::SET => StoreMode::Set,
+            opcode::ADD => StoreMode::Add,
+            opcode::REPLACE => StoreMode::Replace,
+            opcode::APPEND => StoreMode::Append,
+            _ => StoreMode::Prepend,
+        };
+        if concat && cas_in != 0 {
+            // memcached refuses an append/prepend whose CAS is not the item's.
+            let live_cas = store.get(key, now, |item| item.cas).hit();
+            if live_cas.is_some_and(|c| c != cas_in) {
+                self.error(Status::KeyExists);
+                return BinaryStep::Consumed(total);
+            }
+        }
+        let (outcome, cas) = store.store_cas(mode, key, flags, self.realtime(exptime), value, now);
+        let is_cas = matches!(mode, StoreMode::Cas(_));
+        match outcome {
+            StoreOutcome::Stored => {
+                if is_cas {
+                    bump(&stats.cas_hits, 1);
+                }
+                self.success(cas, 0, b"", quiet);
+            }
+            StoreOutcome::Exists => {
+                if is_cas {
+                    bump(&stats.cas_badval, 1);
+                }
+                self.error(Status::KeyExists);
+            }
+            StoreOutcome::NotFound => {
+                if is_cas {
+                    bump(&stats.cas_misses, 1);
+                }
+                self.error(Status::KeyNotFound);
+            }
+            StoreOutcome::NotStored => self.error(match op {
+                opcode::ADD => Status::KeyExists,
+                opcode::REPLACE => Status::KeyNotFound,
+                _ => Status::NotStored,
+            }),
+            StoreOutcome::TooLarge => {
+                bump(&stats.store_too_large, 1);
+                if op == opcode::SET {
+                    store.delete(key, now);
+                }
+                self.error(Status::TooLarge);
+            }
+            StoreOutcome::NoMemory => {
+                bump(&stats.store_no_memory, 1);
+                if op == opcode::SET {
+                    store.delete(key, now);
+                }
+                self.error_text(Status::OutOfMemory, b"Out of memory allocating item");
+            }
+        }
+        BinaryStep::Consumed(total)
+    }
+
+    fn delete(&mut self, quiet: bool) {
+        let key_start = HEADER_LEN + usize::from(self.header.extras_len);
+        let input = self.input;
+        let key = &input[key_start..self.head_len];
+        let store = &self.exec.shared.store;
+        let stats = self.exec.stats;
+        let now = self.now();
+        let cas_in = self.header.cas;
+        if cas_in != 0 {
+            let live_cas = store.get(key, now, |item| item.cas).hit();
+            if live_cas.is_some_and(|c| c != cas_in) {
+                self.error(Status::KeyExists);
+                return;
+            }
+        }
+        if store.delete(key, now) {
+            bump(&stats.delete_hits, 1);
+            self.success(0, 0, b"", quiet);
+        } else {
+            bump(&stats.delete_misses, 1);
+            self.error(Status::KeyNotFound);
+        }
+    }
+
+    /// INCREMENT/DECREMENT; extras: delta, initial value, expiration
+    /// (`0xffffffff`: do not create a missing item).
+    fn arith(&mut self, incr: bool, quiet: bool) {
+        let delta = self.extra_u64(0);
+        let initial = self.extra_u64(8);
+        let expiration = self.extra_u32(16);
+        let key_start = HEADER_LEN + usize::from(self.header.extras_len);
+        let input = self.input;
+        let key = &input[key_start..self.head_len];
+        let store = &self.exec.shared.store;
+        let stats = self.exec.stats;
+        let now = self.now();
+        let cas_in = self.header.cas;
+        if cas_in != 0 {
+            // memcached checks an empty value first, then the CAS.
+            match store
+                .get(key, now, |item| (item.value.is_empty(), item.cas))
+                .hit()
+            {
+                Some((true, _)) => return self.error(Status::NonNumeric),
+                Some((false, cas)) if cas != cas_in => return self.error(Status::KeyExists),
+                _ => {}
+            }
+        }
+        match store.incr_decr(key, delta, incr, now) {
+            ArithOutcome::Value(v) => {
+                bump(
+                    if incr {
+                        &stats.incr_hits
+                    } else {
+                        &stats.decr_hits
+                    },
+                    1,
+                );
+                let cas = store.get(key, now, |item| item.cas).hit().unwrap_or(0);
+                self.success(cas, 0, &v.to_be_bytes(), quiet);
+            }
+            ArithOutcome::NotFound if expiration != u32::MAX => {
+                let digits = itoa::Buffer::new().format(initial).as_bytes().to_vec();
+                let exptime = self.realtime(expiration);
+                match store.store_cas(StoreMode::Add, key, 0, exptime, &digits, now) {
+                    (StoreOutcome::Stored, cas) => {
+                        self.success(cas, 0, &initial.to_be_bytes(), quiet)
+                    }
+                    (StoreOutcome::NoMemory | StoreOutcome::TooLarge, _) => {
+                        self.error_text(Status::OutOfMemory, b"Out of memory allocating new item");
+                    }
+                    _ => self.error(Status::NotStored),
+                }
+            }
+            ArithOutcome::NotFound => {
+                bump(
+                    if incr {
+                        &stats.incr_misses
+                    } else {
+                        &stats.decr_misses
+                    },
+                    1,
+                );
+                self.error(Status::KeyNotFound);
+            }
+            ArithOutcome::NonNumeric => self.error(Status::NonNumeric),
+            ArithOutcome::NoMemory => {
+                self.error_text(Status::OutOfMemory, b"Out of memory incrementing value");
+            }
+        }
+    }
+
+    fn flush(&mut self, quiet: bool) {
+        if !self.exec.shared.settings.flush_enabled {
+            // memcached answers a disabled flush_all as an auth failure.
+            self.error(Status::AuthError);
+            return;
+        }
+        let exptime = if self.header.extras_len == 4 {
+            self.extra_u32(0)
+        } else {
+            0
+        };
+        let now = self.now();
+        let new_oldest = if exptime > 0 {
+            self.realtime(exptime)
+        } else {
+            now
+        };
+        self.exec
+            .shared
+            .store
+            .flush_all(new_oldest.wrapping_sub(1), now);
+        bump(&self.exec.stats.cmd_flush, 1);
+        self.success(0, 0, b"", quiet);
+    }
+
+    /// STAT with an optional group in the key. memcached matches `reset`,
+    /// `settings` and `detail` with `strncmp` against the read buffer, so a
+    /// key that only starts with the word matches; other groups match whole.
+    fn stat(&mut self) {
+        let key_start = HEADER_LEN + usize::from(self.header.extras_len);
+        let input = self.input;
+        let key = &input[key_start..self.head_len];
+        let rest = &input[key_start..];
+        let shared = self.exec.shared;
+        let mut text = Vec::new();
+        if key.is_empty() {
+            crate::stats_report::general(shared, &mut text);
+        } else if rest.starts_with(b"reset") {
+            shared.stats.reset();
+            shared.store.reset_stats();
+        } else if rest.starts_with(b"settings") {
+            crate::stats_report::settings(shared, &mut text);
+        } else if rest.starts_with(b"detail") {
+            let sub = &rest[6..];
+            if sub.starts_with(b" dump") {
+                // No prefix statistics are kept: the dump is empty.
+                self.stat_packet(b"detailed", b"END\r\n");
+            } else if !(sub.starts_with(b" on") || sub.starts_with(b" off")) {
+                return self.error(Status::KeyNotFound);
+            }
+        } else if matches!(
+            key,
+            b"items" | b"slabs" | b"sizes" | b"sizes_enable" | b"sizes_disable"
+        ) {
+            // Slab-allocator statistics have no counterpart here: empty.
+        } else {
+            return self.error(Status::KeyNotFound);
+        }
+        for line in text.split_inclusive(|&b| b == b'\n') {
+            let Some(stat) = line
+                .strip_prefix(b"STAT ")
+                .and_then(|l| l.strip_suffix(b"\r\n"))
+            else {
+                continue;
+            };
+            let space = stat.iter().position(|&b| b == b' ').unwrap_or(stat.len());
+            let (name, value) = (&stat[..space], stat.get(space + 1..).unwrap_or(b""));
+            self.stat_packet(name, value);
+        }
+        self.stat_packet(b"", b"");
+    }
+
+    /// memcached's `append_bin_stats()`: opcode STAT whatever was asked, CAS 0.
+    fn stat_packet(&mut self, name: &[u8], value: &[u8]) {
+        write_response_header(
+            self.out,
+            opcode::STAT,
+            Status::Success,
+            0,
+            name.len() as u16,
+            (name.len() + value.len()) as u32,
+            self.header.opaque,
+            0,
+        );
+        self.out.extend_from_slice(name);
+        self.out.extend_from_slice(value);
+    }
+
+    /// SASL_AUTH / SASL_STEP with SASL enabled. PLAIN completes in one step,
+    /// so a SASL_STEP always fails, as it does in memcached with PLAIN.
+    fn sasl_auth(&mut self, sasl: &Sasl, session: &mut Session) -> BinaryStep {
+        let key_len = usize::from(self.header.key_len);
+        let value_len = self.header.value_len().unwrap_or(0);
+        if key_len > MAX_SASL_MECH_LEN {
+            return self.error_swallow(Status::InvalidArguments, value_len);
+        }
+        if !memcached_item_fits(
+            self.exec.shared.settings.item_size_max_bytes,
+            key_len,
+            0,
+            value_len,
+        ) {
+            return self.error_swallow(Status::OutOfMemory, value_len);
+        }
+        let total = self.header.packet_len();
+        if self.input.len() < total {
+            return BinaryStep::Incomplete;
+        }
+        let input = self.input;
+        let mech = &input[self.head_len - key_len..self.head_len];
+        let data = &input[self.head_len..total];
+        session.authenticated = false;
+        let ok = if self.header.opcode == opcode::SASL_AUTH {
+            let ok = mech == SASL_MECHS && sasl.check_plain(data);
+            session.sasl_started = ok;
+            ok
+        } else {
+            false
+        };
+        bump(&self.exec.stats.auth_cmds, 1);
+        if ok {
+            session.authenticated = true;
+            self.success(0, 0, b"Authenticated", false);
+        } else {
+            bump(&self.exec.stats.auth_errors, 1);
+            self.error(Status::AuthError);
+        }
+        BinaryStep::Consumed(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
+    use std::sync::Arc;
+
+    use protocol::binary::{frame_packet, write_request};
+
+    use crate::clock::Clock;
+    use crate::config::Settings;
+    use crate::exec::Shared;
+    use crate::stats::{StatsRegistry, WorkerStats};
+
+    fn shared() -> (Shared, Arc<WorkerStats>) {
+        let settings = Settings::from_args(["ferrocache", "-t", "1"]).unwrap();
+        let store = storage::Store::builder()
+            .memory_limit(settings.memory_limit_bytes)
+            .item_size_max(settings.item_size_max_bytes)
+            .build()
+            .unwrap();
+        let stats = Arc::new(WorkerStats::default());
+        let shared = Shared {
+            verbosity: AtomicU32::new(0),
+            store,
+            clock: Clock::new(),
+            stats: StatsRegistry::new(vec![stats.clone()]),
+            curr_connections: AtomicUsize::new(0),
+            shutting_down: AtomicBool::new(false),
+            sasl: None,
+            settings,
+        };
+        (shared, stats)
+    }
+
+    fn packet(opcode: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_request(&mut out, opcode, extras, key, value, 42, 0);
+        out
+    }
+
+    /// Run one request through `step_with`; returns the step and the reply packets
+    /// as (status, value).
+    fn run(
+        shared: &Shared,
+        stats: &WorkerStats,
+        sasl: Option<&Sasl>,
+        session: &mut Session,
+        input: &[u8],
+    ) -> (BinaryStep, Vec<(u16, Vec<u8>)>) {
+        let exec = Exec {
+            shared,
+            stats,
+            message_ends: None,
+        };
+        let mut out = Vec::new();
+        let mut mark = 0;
+        let step = step_with(&exec, sasl, session, input, &mut out, &mut mark);
+        let mut replies = Vec::new();
+        let mut rest = &out[..];
+        while let Some(p) = frame_packet(rest) {
+            assert_eq!(p.header.opaque, 42);
+            replies.push((p.header.status, p.value.to_vec()));
+            rest = &rest[p.header.packet_len()..];
+        }
+        assert!(rest.is_empty());
+        (step, replies)
+    }
+
+    #[test]
+    fn sasl_plain_gates_commands() {
+        let (shared, stats) = shared();
+        let sasl = Sasl::parse_pwdb(b"user:pw\n");
+        let mut s = Session::default();
+        let get = packet(opcode::GET, b"", b"k", b"");
+        let (step, r) = run(&shared, &stats, Some(&sasl), &mut s, &get);
+        assert_eq!(step, BinaryStep::CloseAfterWrite(25));
+        assert_eq!(r, vec![(0x20, b"Auth failure.".to_vec())]);
+
+        let version = packet(opcode::VERSION, b"", b"", b"");
+        let (_, r) = run(&shared, &stats, Some(&sasl), &mut s, &version);
+        assert_eq!(r[0].0, 0);
+
+        let list = packet(opcode::SASL_LIST_MECHS, b"", b"", b"");
+        let (_, r) = run(&shared, &stats, Some(&sasl), &mut s, &list);
+        assert_eq!(r, vec![(0, b"PLAIN".to_vec())]);
+
+        let bad = packet(opcode::SASL_AUTH, b"", b"PLAIN", b"\0user\0nope");
+        let (step, r) = run(&shared, &stats, Some(&sasl), &mut s, &bad);
+        assert_eq!(step, BinaryStep::Consumed(bad.len()));
+        assert_eq!(r, vec![(0x20, b"Auth failure.".to_vec())]);
+
+        let good = packet(opcode::SASL_AUTH, b"", b"PLAIN", b"\0user\0pw");
+        for cut in 0..good.len() {
+            let (step, r) = run(&shared, &stats, Some(&sasl), &mut s, &good[..cut]);
+            assert_eq!((step, r.len()), (BinaryStep::Incomplete, 0), "cut {cut}");
+        }
+        let (step, r) = run(&shared, &stats, Some(&sasl), &mut s, &good);
+        assert_eq!(step, BinaryStep::Consumed(good.len()));
+        assert_eq!(r, vec![(0, b"Authenticated".to_vec())]);
+
+        let (step, r) = run(&shared, &stats, Some(&sasl), &mut s, &get);
+        assert_eq!(step, BinaryStep::Consumed(25));
+        assert_eq!(r, vec![(1, b"Not found".to_vec())]);
+
+        // PLAIN has no second step; a failed step also logs the connection out.
+        let step_req = packet(opcode::SASL_STEP, b"", b"PLAIN", b"x");
+        let (_, r) = run(&shared, &stats, Some(&sasl), &mut s, &step_req);
+        assert_eq!(r, vec![(0x20, b"Auth failure.".to_vec())]);
+        let (step, _) = run(&shared, &stats, Some(&sasl), &mut s, &get);
+        assert_eq!(step, BinaryStep::CloseAfterWrite(25));
+
+        let long_mech = packet(opcode::SASL_AUTH, b"", &[b'M'; 33], b"abc");
+        let (step, r) = run(&shared, &stats, Some(&sasl), &mut s, &long_mech[..24 + 33]);
+        assert_eq!(
+            step,
+            BinaryStep::Swallow {
+                consumed: 57,
+                remaining: 3
+            }
+        );
+        assert_eq!(r, vec![(4, b"Invalid arguments".to_vec())]);
+    }
+
+    #[test]
+    fn without_sasl_the_sasl_opcodes_are_unknown() {
+        let (shared, stats) = shared();
+        let mut s = Session::default();
+        let auth = packet(opcode::SASL_AUTH, b"", b"PLAIN", b"\0user\0pw");
+        let (step, r) = run(&shared, &stats, None, &mut s, &auth[..29]);
+        assert_eq!(
+            step,
+            BinaryStep::Swallow {
+                consumed: 29,
+                remaining: 8
+            }
+        );
+        assert_eq!(r, vec![(0x81, b"Unknown command".to_vec())]);
+    }
+
+    #[test]
+    fn set_waits_for_its_value_and_refuses_oversized_ones_early() {
+        let (shared, stats) = shared();
+        let mut s = Session::default();
+        let set = packet(opcode::SET, &[0, 0, 0, 1, 0, 0, 0, 0], b"key", b"value");
+        for cut in 0..set.len() {
+            let (step, _) = run(&shared, &stats, None, &mut s, &set[..cut]);
+            assert_eq!(step, BinaryStep::Incomplete, "cut {cut}");
+        }
+        let (step, r) = run(&shared, &stats, None, &mut s, &set);
+        assert_eq!(step, BinaryStep::Consumed(set.len()));
+        assert_eq!(r, vec![(0, Vec::new())]);
+
+        // Only the header, extras and key of a 2 MB value: refused at once.
+        let mut head = Vec::new();
+        Header {
+            magic: REQUEST_MAGIC,
+            opcode: opcode::SET,
+            key_len: 3,
+            extras_len: 8,
+            body_len: 11 + (2 << 20),
+            opaque: 42,
+            ..Header::default()
+        }
+        .write(&mut head);
+        head.extend_from_slice(&[0; 8]);
+        head.extend_from_slice(b"key");
+        let (step, r) = run(&shared, &stats, None, &mut s, &head);
+        assert_eq!(
+            step,
+            BinaryStep::Swallow {
+                consumed: 35,
+                remaining: 2 << 20
+            }
+        );
+        assert_eq!(r, vec![(3, b"Too large.".to_vec())]);
+        // memcached drops the old value of a refused set.
+        let get = packet(opcode::GET, b"", b"key", b"");
+        let (_, r) = run(&shared, &stats, None, &mut s, &get);
+        assert_eq!(r, vec![(1, b"Not found".to_vec())]);
+    }
+
+    #[test]
+    fn password_file_lines() {
+        let db = Sasl::parse_pwdb(b"alice:secret\nbob:pa:ss\r\n\nnocolon\n:anon\n");
+        assert!(db.check_plain(b"\0alice\0secret"));
+        assert!(db.check_plain(b"alice\0alice\0secret"));
+        assert!(db.check_plain(b"\0bob\0pa:ss"));
+        assert!(!db.check_plain(b"\0alice\0wrong"));
+        assert!(
+            !db.check_plain(b"bob\0alice\0secret"),
+            "authzid must be the user"
+        );
+        assert!(!db.check_plain(b"\0nocolon\0"));
+        assert!(!db.check_plain(b"\0\0anon"));
+        assert!(!db.check_plain(b"alice"));
+    }
+
+    #[test]
+    fn sasl_exempt_commands() {
+        assert!(sasl_exempt(opcode::VERSION));
+        assert!(sasl_exempt(opcode::SASL_AUTH));
+        assert!(!sasl_exempt(opcode::GET));
+        assert!(!sasl_exempt(opcode::NOOP));
+    }
 }

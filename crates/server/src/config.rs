@@ -98,7 +98,7 @@ struct Args {
     /// Max item size (k/m suffixes accepted), at least 1k
     #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
     item_size_max: String,
-    /// Turn on SASL authentication (not supported yet)
+    /// Turn on SASL authentication (binary protocol; passwords from MEMCACHED_SASL_PWDB)
     #[arg(short = 'S', long = "enable-sasl")]
     sasl: bool,
     /// Disable flush_all
@@ -177,6 +177,15 @@ const INERT_OPTIONS: &[&str] = &[
     "ext_path",
 ];
 
+/// memcached's `-B`: the protocols a connection may speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binding {
+    /// Decided by the first byte (binary magic 0x80, or text).
+    Auto,
+    Ascii,
+    Binary,
+}
+
 /// The resolved settings every thread reads.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -205,6 +214,10 @@ pub struct Settings {
     pub delimiter: String,
     /// Seconds without traffic after which a connection is closed (0 = never).
     pub idle_timeout_secs: u32,
+    /// `-B`: which protocols a connection may speak.
+    pub binding: Binding,
+    /// `-S`: the SASL password file (from `MEMCACHED_SASL_PWDB`).
+    pub sasl_pwdb: Option<String>,
     /// `--pin`: one CPU per worker and CPU-steered accepts.
     pub pin: bool,
     /// `--busy-poll-us`: SO_BUSY_POLL on client sockets (0 = off).
@@ -253,12 +266,26 @@ impl Settings {
         if a.conn_limit == 0 {
             bail!("Maximum connections must be greater than 0");
         }
-        if a.sasl {
-            bail!("SASL (-S) is not supported yet");
-        }
-        if !matches!(a.protocol.as_str(), "auto" | "ascii" | "binary") {
-            bail!("Invalid value for binding protocol: {} -- should be one of auto, binary, or ascii", a.protocol);
-        }
+        let mut binding = match a.protocol.as_str() {
+            "auto" => Binding::Auto,
+            "ascii" => Binding::Ascii,
+            "binary" => Binding::Binary,
+            other => bail!(
+                "Invalid value for binding protocol: {other} -- should be one of auto, binary, or ascii"
+            ),
+        };
+        let sasl_pwdb = if a.sasl {
+            // memcached serves only the binary protocol with SASL.
+            match binding {
+                Binding::Ascii => bail!("ERROR: You cannot allow the ASCII protocol while using SASL."),
+                _ => binding = Binding::Binary,
+            }
+            Some(std::env::var("MEMCACHED_SASL_PWDB").map_err(|_| {
+                anyhow::anyhow!("-S needs MEMCACHED_SASL_PWDB naming a file of user:password lines")
+            })?)
+        } else {
+            None
+        };
         let unix_mask = u32::from_str_radix(&a.unix_mask, 8)
             .with_context(|| format!("bad -a value {:?}", a.unix_mask))?;
 
@@ -309,6 +336,8 @@ impl Settings {
             growth_factor: a.growth_factor,
             delimiter: a.delimiter,
             idle_timeout_secs,
+            binding,
+            sasl_pwdb,
             pin: a.pin,
             busy_poll_us: a.busy_poll_us,
             null_store: a.null_store.then(|| vec![b'x'; a.null_value_bytes]),

@@ -17,6 +17,7 @@ use protocol::binary::REQUEST_MAGIC;
 use protocol::text::{frame_line, parse_request, LineFrame, Request};
 
 use crate::binary::BinaryStep;
+use crate::config::Binding;
 use crate::exec::{memcached_item_fits, Exec, Flow};
 
 /// Smallest free space offered to a read.
@@ -77,6 +78,8 @@ pub struct Conn {
     reqs_this_event: u32,
     /// The last `process` stopped because output was backed up.
     stalled: bool,
+    /// Binary-protocol state (SASL authentication).
+    binary: crate::binary::Session,
 }
 
 impl Default for Conn {
@@ -99,6 +102,7 @@ impl Conn {
             flush_mark: 0,
             reqs_this_event: 0,
             stalled: false,
+            binary: crate::binary::Session::default(),
         }
     }
 
@@ -112,6 +116,7 @@ impl Conn {
         self.state = State::ReadLine;
         self.mode = Mode::Undecided;
         self.flush_mark = 0;
+        self.binary = crate::binary::Session::default();
     }
 
     /// Free space to read socket bytes into; call [`Conn::filled`] after.
@@ -246,11 +251,14 @@ impl Conn {
     fn step(&mut self, exec: &Exec<'_>) -> bool {
         let input = &self.rbuf[self.rpos..self.rlen];
         if self.mode == Mode::Undecided {
-            match input.first() {
-                None => return false,
-                Some(&REQUEST_MAGIC) => self.mode = Mode::Binary,
-                Some(_) => self.mode = Mode::Text,
-            }
+            let Some(&first) = input.first() else {
+                return false;
+            };
+            self.mode = match exec.shared.settings.binding {
+                Binding::Auto if first == REQUEST_MAGIC => Mode::Binary,
+                Binding::Auto | Binding::Ascii => Mode::Text,
+                Binding::Binary => Mode::Binary,
+            };
         }
         if self.mode == Mode::Binary {
             return self.step_binary(exec);
@@ -346,7 +354,15 @@ impl Conn {
     /// One binary-protocol request, if a whole one is buffered.
     fn step_binary(&mut self, exec: &Exec<'_>) -> bool {
         let input = &self.rbuf[self.rpos..self.rlen];
-        match crate::binary::step(exec, input, &mut self.wbuf) {
+        let sasl = exec.shared.sasl.as_ref();
+        match crate::binary::step_with(
+            exec,
+            sasl,
+            &mut self.binary,
+            input,
+            &mut self.wbuf,
+            &mut self.flush_mark,
+        ) {
             BinaryStep::Incomplete => false,
             BinaryStep::Consumed(n) => {
                 self.rpos += n;
@@ -360,10 +376,6 @@ impl Conn {
             BinaryStep::CloseAfterWrite(n) => {
                 self.rpos += n;
                 self.state = State::CloseAfterWrite;
-                false
-            }
-            BinaryStep::Close => {
-                self.state = State::Closed;
                 false
             }
         }

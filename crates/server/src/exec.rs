@@ -26,6 +26,8 @@ pub struct Shared {
     pub verbosity: AtomicU32,
     /// Set once shutdown has begun; workers stop accepting and drain.
     pub shutting_down: AtomicBool,
+    /// SASL credentials with `-S` (binary protocol only, as memcached).
+    pub sasl: Option<crate::binary::Sasl>,
 }
 
 /// What the connection must do after a request.

@@ -57,6 +57,13 @@ fn real_main() -> Result<()> {
         std::fs::write(path, format!("{}\n", std::process::id()))
             .with_context(|| format!("writing pid file {path}"))?;
     }
+    let sasl = match &settings.sasl_pwdb {
+        Some(path) => Some(
+            binary::Sasl::load(std::path::Path::new(path))
+                .with_context(|| format!("reading SASL password file {path}"))?,
+        ),
+        None => None,
+    };
     let worker_stats: Vec<Arc<WorkerStats>> =
         (0..settings.threads).map(|_| Arc::new(WorkerStats::default())).collect();
     let shared = Arc::new(Shared {
@@ -66,6 +73,7 @@ fn real_main() -> Result<()> {
         stats: StatsRegistry::new(worker_stats.clone()),
         curr_connections: AtomicUsize::new(0),
         shutting_down: AtomicBool::new(false),
+        sasl,
         settings,
     });
     runtime::run(shared.clone(), worker_stats)?;

@@ -43,6 +43,7 @@ counters!(
     cmd_set,
     cmd_flush,
     cmd_touch,
+    cmd_meta,
     get_hits,
     get_misses,
     get_expired,
@@ -65,6 +66,8 @@ counters!(
     total_connections,
     rejected_connections,
     conn_yields,
+    auth_cmds,
+    auth_errors,
 );
 
 /// Bump a counter owned by the calling worker.
