@@ -58,7 +58,7 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("cmd_set", c.cmd_set);
     o.num("cmd_flush", c.cmd_flush);
     o.num("cmd_touch", c.cmd_touch);
-    o.num("cmd_meta", 0u64);
+    o.num("cmd_meta", c.cmd_meta);
     o.num("get_hits", c.get_hits);
     o.num("get_misses", c.get_misses);
     o.num("get_expired", c.get_expired);
@@ -76,8 +76,8 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("touch_misses", c.touch_misses);
     o.num("store_too_large", c.store_too_large);
     o.num("store_no_memory", c.store_no_memory);
-    o.num("auth_cmds", 0u64);
-    o.num("auth_errors", 0u64);
+    o.num("auth_cmds", c.auth_cmds);
+    o.num("auth_errors", c.auth_errors);
     o.num("bytes_read", c.bytes_read);
     o.num("bytes_written", c.bytes_written);
     o.num("limit_maxbytes", store.limit_maxbytes);
@@ -128,8 +128,15 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("reqs_per_event", s.reqs_per_event);
     o.yes_no("cas_enabled", s.cas_enabled);
     o.num("tcp_backlog", s.backlog);
-    o.str("binding_protocol", "ascii");
-    o.str("auth_enabled_sasl", "no");
+    o.str(
+        "binding_protocol",
+        match s.binding {
+            crate::config::Binding::Auto => "auto-negotiate",
+            crate::config::Binding::Ascii => "ascii",
+            crate::config::Binding::Binary => "binary",
+        },
+    );
+    o.yes_no("auth_enabled_sasl", shared.sasl.is_some());
     o.str("auth_enabled_ascii", "no");
     o.num("item_size_max", s.item_size_max_bytes);
     o.yes_no("flush_enabled", s.flush_enabled);
@@ -138,6 +145,8 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("idle_timeout", s.idle_timeout_secs);
     o.str("io_backend", "epoll");
     o.yes_no("null_store", s.null_store.is_some());
+    o.yes_no("pin", s.pin);
+    o.num("busy_poll_us", s.busy_poll_us);
     for (key, value) in &s.extended {
         if key != "idle_timeout" {
             o.str(key, if value.is_empty() { "yes" } else { value });
