@@ -16,7 +16,8 @@
 //! * `klen` is 1..=255 for an item. `klen == 0` marks a padding record (a reservation whose
 //!   store was refused): it spans `HEADER_BYTES + vlen` bytes and is skipped by the evictor.
 //! * `mark` holds [`MARK_FETCHED`] (read at least once: memcached's `ITEM_FETCHED`, for the
-//!   `*_unfetched` stats) and [`MARK_ACCESSED`] (the CLOCK bit for second-chance eviction).
+//!   `*_unfetched` stats) and [`MARK_ACCESSED`] (the CLOCK bit for second-chance eviction),
+//!   plus the meta protocol's [`MARK_STALE`], [`MARK_TOKEN_SENT`] and [`MARK_KEY_BINARY`].
 //! * `time` is when the item was last stored (for `flush_all`); `exptime` 0 means never.
 //! * `flags` (memcached client flags) take 4 bytes only when non-zero, as memcached does.
 //!
@@ -40,6 +41,12 @@ pub(crate) const MAX_VALUE_BYTES: usize = (1 << 31) - 1;
 pub(crate) const MARK_FETCHED: u8 = 1;
 /// `mark` bit: the item was read since it was written or last given a second chance.
 pub(crate) const MARK_ACCESSED: u8 = 2;
+/// `mark` bit: invalidated by meta `md I` or `ms I` (memcached's `ITEM_STALE`).
+pub(crate) const MARK_STALE: u8 = 4;
+/// `mark` bit: a meta `W` (win) flag was handed out (memcached's `ITEM_TOKEN_SENT`).
+pub(crate) const MARK_TOKEN_SENT: u8 = 8;
+/// `mark` bit: the key was stored base64-encoded by meta `ms b` (`ITEM_KEY_BINARY`).
+pub(crate) const MARK_KEY_BINARY: u8 = 16;
 
 const HAS_FLAGS: u32 = 1 << 31;
 

@@ -14,6 +14,7 @@
 //! | `item`      | the packed item header (byte layout diagram lives there)                 |
 //! | `segment`   | the only `unsafe` code: raw segment memory shared between threads        |
 //! | `arith`     | memcached incr/decr number parsing and formatting                        |
+//! | [`meta`]    | meta-protocol operations: items held under the lock, stale/win bits      |
 //!
 //! The design (segment log, locking protocol, eviction, per-item byte cost) is written up
 //! in `docs/design.md` at the workspace root.
@@ -34,10 +35,12 @@ mod arith;
 mod evict;
 mod index;
 mod item;
+pub mod meta;
 mod pool;
 mod segment;
 pub mod store;
 
+pub use meta::{ItemMut, MetaArith, MetaStore};
 pub use store::{Store, StoreBuilder};
 
 /// Seconds of server uptime. The server's clock starts at 1, so 0 never means "now".

@@ -1,0 +1,567 @@
+//! Operations for memcached's meta protocol, which needs more of an item than the text
+//! commands: the stale, win-token and binary-key bits, the last access time, and the
+//! freedom to change an item while it is held (memcached holds the item lock for a
+//! whole `mg`, `md` or `ma`).
+//!
+//! [`Store::meta_get`] runs a callback on the live item under its shard lock, through an
+//! [`ItemMut`] that reads every field and sets the exptime, the meta bits, the CAS id,
+//! the fetched mark, or unlinks the item. Vivify (`mg N`) creates an empty item first.
+
+use crate::index::{hash_key, pack, Shard};
+use crate::item::{
+    self, Header, NewItem, MARK_ACCESSED, MARK_FETCHED, MARK_KEY_BINARY, MARK_STALE,
+    MARK_TOKEN_SENT,
+};
+#[cfg(test)]
+use crate::store::Liveness;
+use crate::store::{DeltaResult, WholeExtra};
+use crate::{Lookup, RelTime, Store, StoreMode, StoreOutcome};
+
+/// memcached's `ITEM_UPDATE_INTERVAL`: a fetch refreshes the last access time only when
+/// it is older than this many seconds.
+pub const ITEM_UPDATE_INTERVAL_SECS: RelTime = 60;
+
+/// A live item held under its shard lock, for the length of a [`Store::meta_get`]
+/// callback.
+pub struct ItemMut<'a> {
+    store: &'a Store,
+    e: u64,
+    hdr: Header,
+    unlink: bool,
+}
+
+impl ItemMut<'_> {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: an `ItemMut` exists only while the shard lock indexing `e` is held
+        // (rule 2); setters take `&mut self`, so no mutable borrow is alive.
+        unsafe { self.store.item_bytes(self.e) }
+    }
+
+    fn window(&mut self) -> &mut [u8] {
+        // SAFETY: shard lock held (rule 2); `&mut self` excludes every other borrow of
+        // the item made through this handle.
+        unsafe { self.store.mut_window(self.e) }
+    }
+
+    /// The key as stored.
+    pub fn key(&self) -> &[u8] {
+        let ko = self.hdr.prefix.key_offset();
+        &self.bytes()[ko..ko + self.hdr.prefix.klen]
+    }
+
+    /// The value.
+    pub fn value(&self) -> &[u8] {
+        let b = self.bytes();
+        &b[b.len() - self.hdr.prefix.vlen..]
+    }
+
+    /// The client flags.
+    pub fn flags(&self) -> u32 {
+        self.hdr.flags
+    }
+
+    /// The CAS id.
+    pub fn cas(&self) -> u64 {
+        self.hdr.cas
+    }
+
+    /// The exptime (0: never).
+    pub fn exptime(&self) -> RelTime {
+        self.hdr.exptime
+    }
+
+    /// When the item was stored or last had its access time refreshed.
+    pub fn time(&self) -> RelTime {
+        self.hdr.time
+    }
+
+    /// Fetched at least once (memcached's `ITEM_FETCHED`).
+    pub fn fetched(&self) -> bool {
+        self.hdr.mark & MARK_FETCHED != 0
+    }
+
+    /// Invalidated (memcached's `ITEM_STALE`).
+    pub fn stale(&self) -> bool {
+        self.hdr.mark & MARK_STALE != 0
+    }
+
+    /// A win token was handed out (memcached's `ITEM_TOKEN_SENT`).
+    pub fn token_sent(&self) -> bool {
+        self.hdr.mark & MARK_TOKEN_SENT != 0
+    }
+
+    /// Stored with a base64 key (memcached's `ITEM_KEY_BINARY`).
+    pub fn key_binary(&self) -> bool {
+        self.hdr.mark & MARK_KEY_BINARY != 0
+    }
+
+    /// memcached's `ITEM_ntotal`: the bytes memcached would use for this item (48-byte
+    /// header, key and NUL, flags suffix, value and `\r\n`, 8-byte CAS).
+    pub fn memcached_size(&self) -> usize {
+        let suffix = if self.hdr.flags != 0 { 4 } else { 0 };
+        48 + self.hdr.prefix.klen + 1 + suffix + self.hdr.prefix.vlen + 2 + 8
+    }
+
+    /// Set the exptime (0: never).
+    pub fn set_exptime(&mut self, exptime: RelTime) {
+        self.hdr.exptime = exptime;
+        item::set_exptime(self.window(), exptime);
+    }
+
+    fn set_bits(&mut self, bits: u8, on: bool) {
+        if on {
+            self.hdr.mark |= bits;
+            item::set_mark(self.window(), bits);
+        } else {
+            self.hdr.mark &= !bits;
+            item::clear_mark(self.window(), bits);
+        }
+    }
+
+    /// Set or clear the win-token bit.
+    pub fn set_token_sent(&mut self, on: bool) {
+        self.set_bits(MARK_TOKEN_SENT, on);
+    }
+
+    /// Set or clear the stale bit.
+    pub fn set_stale(&mut self, on: bool) {
+        self.set_bits(MARK_STALE, on);
+    }
+
+    /// Give the item a fresh CAS id and return it.
+    pub fn new_cas(&mut self) -> u64 {
+        let cas = self.store.next_cas();
+        self.hdr.cas = cas;
+        item::set_cas(self.window(), cas);
+        cas
+    }
+
+    /// memcached's `do_item_bump` without segmented LRU: mark the item fetched (and
+    /// accessed, for eviction), and refresh its access time when older than
+    /// [`ITEM_UPDATE_INTERVAL_SECS`].
+    pub fn bump(&mut self, now: RelTime) {
+        self.set_bits(MARK_FETCHED | MARK_ACCESSED, true);
+        if self.hdr.time < now.saturating_sub(ITEM_UPDATE_INTERVAL_SECS) {
+            self.hdr.time = now;
+            item::set_time(self.window(), now);
+        }
+    }
+
+    /// Remove the item from the cache once the callback returns.
+    pub fn unlink(&mut self) {
+        self.unlink = true;
+    }
+}
+
+/// What a meta store asks for, beyond [`Store::store`]'s arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct MetaStore<'a> {
+    pub mode: StoreMode,
+    pub key: &'a [u8],
+    pub flags: u32,
+    pub exptime: RelTime,
+    pub value: &'a [u8],
+    /// Append/prepend only: a non-zero CAS id the item must have.
+    pub append_cas: u64,
+    /// `I`: in [`StoreMode::Cas`], a non-zero CAS lower than the item's stores the value
+    /// marked stale, keeping the old exptime (memcached's `CAS_STALE`).
+    pub invalidate: bool,
+    /// The key was sent base64-encoded.
+    pub key_binary: bool,
+}
+
+/// The outcome of [`Store::meta_incr_decr`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetaArith {
+    /// The new value, the item's CAS id, its exptime before any new TTL was applied, and
+    /// whether the number was rewritten in place (only then does a TTL apply).
+    Value {
+        value: u64,
+        cas: u64,
+        exptime: RelTime,
+        in_place: bool,
+    },
+    NotFound,
+    /// The CAS id did not match.
+    Exists,
+    NonNumeric,
+    NoMemory,
+}
+
+impl Store {
+    /// Run `f` on the live item for `key` under its shard lock. With `vivify`, a miss
+    /// creates an empty item (no flags, no exptime) and `f` sees `created == true`.
+    ///
+    /// Returns the outcome of the first lookup (for `get_expired`/`get_flushed`
+    /// counting) and `f`'s result if it ran (`None`: a miss, or no memory to vivify).
+    /// The item is unlinked afterwards if `f` called [`ItemMut::unlink`].
+    pub fn meta_get<R>(
+        &self,
+        key: &[u8],
+        vivify: bool,
+        now: RelTime,
+        f: impl FnOnce(&mut ItemMut<'_>, bool) -> R,
+    ) -> (Lookup<()>, Option<R>) {
+        let h = hash_key(self.seed, key);
+        let slot = self.shard_for(h);
+        let first = {
+            let mut shard = slot.lock();
+            match self.do_find_live(&mut shard, h, key, now) {
+                Ok((e, hdr)) => {
+                    let r = self.do_meta_call(&mut shard, h, e, hdr, false, f);
+                    return (Lookup::Hit(()), Some(r));
+                }
+                Err(miss) => miss.map_never::<()>(),
+            }
+        };
+        if !vivify {
+            return (first, None);
+        }
+        let new = NewItem {
+            klen: key.len(),
+            vlen: 0,
+            flags: 0,
+            exptime: 0,
+            time: now,
+            cas: 0,
+        };
+        let Some(r) = self.reserve(new.total_len(), now) else {
+            return (first, None);
+        };
+        {
+            // SAFETY: the region is reserved for us and not yet published (rule 1).
+            let b = unsafe { self.region(r) };
+            let ko = new.write_header(b);
+            b[ko..ko + key.len()].copy_from_slice(key);
+        }
+        let mut shard = slot.lock();
+        // Someone may have stored the key while we reserved: use theirs.
+        if let Ok((e, hdr)) = self.do_find_live(&mut shard, h, key, now) {
+            let out = self.do_meta_call(&mut shard, h, e, hdr, false, f);
+            drop(shard);
+            self.abandon(r);
+            return (first, Some(out));
+        }
+        let e = {
+            let Shard { table, stats, .. } = &mut *shard;
+            let entry = table.entry(h, |&e| self.key_eq(e, key), |&e| self.hash_entry(e));
+            self.publish(r, entry, stats);
+            pack(r.seg, r.off)
+        };
+        let hdr = self.header(e);
+        let out = self.do_meta_call(&mut shard, h, e, hdr, true, f);
+        drop(shard);
+        self.release(r);
+        (first, Some(out))
+    }
+
+    /// Call `f` on item `e` (live, indexed in the locked `shard`), then unlink it if asked.
+    fn do_meta_call<R>(
+        &self,
+        shard: &mut Shard,
+        h: u64,
+        e: u64,
+        hdr: Header,
+        created: bool,
+        f: impl FnOnce(&mut ItemMut<'_>, bool) -> R,
+    ) -> R {
+        let mut it = ItemMut {
+            store: self,
+            e,
+            hdr,
+            unlink: false,
+        };
+        let out = f(&mut it, created);
+        if it.unlink {
+            let Shard { table, stats, .. } = shard;
+            if let Ok(o) = table.find_entry(h, |&x| x == e) {
+                o.remove();
+                self.unlinked(stats, e);
+            }
+        }
+        out
+    }
+
+    /// A meta `ms`: [`Store::store_cas`] plus memcached's meta rules (CAS on append,
+    /// stale stores, the binary-key bit). Returns the outcome and the new CAS id.
+    pub fn meta_store(&self, req: MetaStore<'_>, now: RelTime) -> (StoreOutcome, u64) {
+        if !self.item_fits(req.key.len(), req.value.len(), req.flags) {
+            return (StoreOutcome::TooLarge, 0);
+        }
+        match req.mode {
+            StoreMode::Append => self.concat(req.key, req.value, true, req.append_cas, now),
+            StoreMode::Prepend => self.concat(req.key, req.value, false, req.append_cas, now),
+            mode => self.store_whole(
+                mode,
+                req.key,
+                req.flags,
+                req.exptime,
+                req.value,
+                WholeExtra {
+                    invalidate: req.invalidate,
+                    key_binary: req.key_binary,
+                },
+                now,
+            ),
+        }
+    }
+
+    /// A meta `ma`: incr/decr with an optional CAS id to match (0: none) and an optional
+    /// new exptime (applied only to a number rewritten in place, as memcached does).
+    pub fn meta_incr_decr(
+        &self,
+        key: &[u8],
+        delta: u64,
+        incr: bool,
+        want_cas: u64,
+        ttl: Option<RelTime>,
+        now: RelTime,
+    ) -> MetaArith {
+        match self.do_incr_decr(key, delta, incr, want_cas, ttl, now) {
+            DeltaResult::Value {
+                value,
+                cas,
+                exptime,
+                in_place,
+            } => MetaArith::Value {
+                value,
+                cas,
+                exptime,
+                in_place,
+            },
+            DeltaResult::NotFound => MetaArith::NotFound,
+            DeltaResult::CasMismatch => MetaArith::Exists,
+            DeltaResult::NonNumeric => MetaArith::NonNumeric,
+            DeltaResult::NoMemory => MetaArith::NoMemory,
+        }
+    }
+
+    /// Whether a live item exists under `key` (no side effects but unlinking a dead one).
+    #[doc(hidden)]
+    pub fn meta_contains(&self, key: &[u8], now: RelTime) -> bool {
+        let h = hash_key(self.seed, key);
+        let mut shard = self.shard_for(h).lock();
+        self.do_find_live(&mut shard, h, key, now).is_ok()
+    }
+
+    /// Liveness without unlinking, for tests.
+    #[cfg(test)]
+    fn meta_liveness(&self, key: &[u8], now: RelTime) -> Option<Liveness> {
+        let h = hash_key(self.seed, key);
+        let shard = self.shard_for(h).lock();
+        shard
+            .table
+            .find(h, |&e| self.key_eq(e, key))
+            .map(|&e| self.liveness(&self.header(e), now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: RelTime = 100;
+
+    fn store() -> Store {
+        Store::builder().memory_limit(4 << 20).build().unwrap()
+    }
+
+    #[test]
+    fn meta_get_reads_and_changes_items() {
+        let s = store();
+        assert_eq!(
+            s.meta_get(b"k", false, NOW, |_, _| ()),
+            (Lookup::Miss, None)
+        );
+        s.store(StoreMode::Set, b"k", 5, 0, b"val", NOW);
+        let (first, got) = s.meta_get(b"k", false, NOW, |it, created| {
+            assert!(!created);
+            assert!(!it.fetched() && !it.stale() && !it.token_sent());
+            it.set_exptime(NOW + 10);
+            it.set_token_sent(true);
+            it.bump(NOW);
+            (
+                it.key().to_vec(),
+                it.value().to_vec(),
+                it.flags(),
+                it.memcached_size(),
+            )
+        });
+        assert_eq!(first, Lookup::Hit(()));
+        assert_eq!(
+            got,
+            Some((b"k".to_vec(), b"val".to_vec(), 5, 48 + 2 + 4 + 5 + 8))
+        );
+        let (_, got) = s.meta_get(b"k", false, NOW, |it, _| {
+            (it.fetched(), it.token_sent(), it.exptime())
+        });
+        assert_eq!(got, Some((true, true, NOW + 10)));
+        assert_eq!(s.meta_liveness(b"k", NOW + 10), Some(Liveness::Expired));
+        // Unlink from inside.
+        s.meta_get(b"k", false, NOW, |it, _| it.unlink());
+        assert!(!s.meta_contains(b"k", NOW));
+        assert_eq!(s.stats().curr_items, 0);
+    }
+
+    #[test]
+    fn vivify_creates_an_empty_item() {
+        let s = store();
+        let (first, got) = s.meta_get(b"v", true, NOW, |it, created| {
+            (created, it.value().len(), it.exptime(), it.cas())
+        });
+        assert_eq!(first, Lookup::Miss);
+        let (created, len, exptime, cas) = got.unwrap();
+        assert!(created && cas > 0);
+        assert_eq!((len, exptime), (0, 0));
+        let (first, got) = s.meta_get(b"v", true, NOW, |_, created| created);
+        assert_eq!((first, got), (Lookup::Hit(()), Some(false)));
+        assert_eq!(s.stats().curr_items, 1);
+    }
+
+    #[test]
+    fn bump_refreshes_time_after_a_minute() {
+        let s = store();
+        s.store(StoreMode::Set, b"k", 0, 0, b"v", NOW);
+        s.meta_get(b"k", false, NOW + 60, |it, _| it.bump(NOW + 60));
+        let t = s.meta_get(b"k", false, NOW + 60, |it, _| it.time()).1;
+        assert_eq!(t, Some(NOW));
+        s.meta_get(b"k", false, NOW + 61, |it, _| it.bump(NOW + 61));
+        let t = s.meta_get(b"k", false, NOW + 61, |it, _| it.time()).1;
+        assert_eq!(t, Some(NOW + 61));
+    }
+
+    #[test]
+    fn stale_store_keeps_ttl_and_marks_item() {
+        let s = store();
+        let (_, c1) = s.store_cas(StoreMode::Set, b"k", 0, NOW + 50, b"a", NOW);
+        s.meta_get(b"k", false, NOW, |it, _| it.set_token_sent(true));
+        let (_, c2) = s.store_cas(StoreMode::Set, b"k", 0, NOW + 50, b"b", NOW);
+        let req = MetaStore {
+            mode: StoreMode::Cas(c1),
+            key: b"k",
+            flags: 3,
+            exptime: 0,
+            value: b"old",
+            append_cas: 0,
+            invalidate: false,
+            key_binary: false,
+        };
+        assert_eq!(s.meta_store(req, NOW).0, StoreOutcome::Exists);
+        let (out, c3) = s.meta_store(
+            MetaStore {
+                invalidate: true,
+                ..req
+            },
+            NOW,
+        );
+        assert_eq!(out, StoreOutcome::Stored);
+        assert!(c3 > c2);
+        let got = s.meta_get(b"k", false, NOW, |it, _| {
+            (
+                it.stale(),
+                it.token_sent(),
+                it.exptime(),
+                it.flags(),
+                it.value().to_vec(),
+            )
+        });
+        // The token bit was cleared by the second plain set.
+        assert_eq!(got.1, Some((true, false, NOW + 50, 3, b"old".to_vec())));
+        // A higher CAS than the item's is still a mismatch.
+        let high = MetaStore {
+            mode: StoreMode::Cas(c3 + 100),
+            invalidate: true,
+            ..req
+        };
+        assert_eq!(s.meta_store(high, NOW).0, StoreOutcome::Exists);
+        let zero = MetaStore {
+            mode: StoreMode::Cas(0),
+            invalidate: true,
+            ..req
+        };
+        assert_eq!(s.meta_store(zero, NOW).0, StoreOutcome::Exists);
+    }
+
+    #[test]
+    fn append_with_cas_and_binary_key() {
+        let s = store();
+        let (_, c1) = s.store_cas(StoreMode::Set, b"k", 0, 0, b"a", NOW);
+        let req = MetaStore {
+            mode: StoreMode::Append,
+            key: b"k",
+            flags: 0,
+            exptime: 0,
+            value: b"b",
+            append_cas: c1 + 1,
+            invalidate: false,
+            key_binary: false,
+        };
+        assert_eq!(s.meta_store(req, NOW).0, StoreOutcome::Exists);
+        let (out, _) = s.meta_store(
+            MetaStore {
+                append_cas: c1,
+                ..req
+            },
+            NOW,
+        );
+        assert_eq!(out, StoreOutcome::Stored);
+        let set = MetaStore {
+            mode: StoreMode::Set,
+            key_binary: true,
+            ..req
+        };
+        s.meta_store(set, NOW);
+        assert_eq!(
+            s.meta_get(b"k", false, NOW, |it, _| it.key_binary()).1,
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn incr_with_cas_and_ttl() {
+        let s = store();
+        assert_eq!(
+            s.meta_incr_decr(b"n", 1, true, 0, None, NOW),
+            MetaArith::NotFound
+        );
+        let (_, c1) = s.store_cas(StoreMode::Set, b"n", 0, 0, b"10", NOW);
+        assert_eq!(
+            s.meta_incr_decr(b"n", 1, true, c1 + 1, None, NOW),
+            MetaArith::Exists
+        );
+        let r = s.meta_incr_decr(b"n", 1, true, c1, Some(NOW + 9), NOW);
+        let MetaArith::Value {
+            value,
+            exptime,
+            in_place,
+            ..
+        } = r
+        else {
+            panic!("{r:?}")
+        };
+        assert_eq!((value, exptime, in_place), (11, 0, true));
+        assert_eq!(
+            s.meta_get(b"n", false, NOW, |it, _| it.exptime()).1,
+            Some(NOW + 9)
+        );
+        // Outgrowing the value: the TTL is not applied (memcached sets it on the old item).
+        let r = s.meta_incr_decr(b"n", 100, true, 0, Some(NOW + 20), NOW);
+        assert!(matches!(
+            r,
+            MetaArith::Value {
+                value: 111,
+                in_place: false,
+                ..
+            }
+        ));
+        assert_eq!(
+            s.meta_get(b"n", false, NOW, |it, _| it.exptime()).1,
+            Some(NOW + 9)
+        );
+        s.store(StoreMode::Set, b"e", 0, 0, b"", NOW);
+        assert_eq!(
+            s.meta_incr_decr(b"e", 1, true, 5, None, NOW),
+            MetaArith::NonNumeric
+        );
+    }
+}
