@@ -177,6 +177,24 @@ impl<'a> Keys<'a> {
     fn new(line: &'a [u8], pos: usize) -> Self {
         Keys { line, pos }
     }
+
+    /// Resume iterating `line` at byte `pos` (from [`Keys::position`]).
+    #[must_use]
+    pub fn resume(line: &'a [u8], pos: usize) -> Self {
+        Keys { line, pos }
+    }
+
+    /// Where the next key search starts, to resume later.
+    #[must_use]
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Whether another key follows.
+    #[must_use]
+    pub fn has_more(&self) -> bool {
+        self.line[self.pos.min(self.line.len())..].iter().any(|&b| b != b' ')
+    }
 }
 
 impl<'a> Iterator for Keys<'a> {

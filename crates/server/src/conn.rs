@@ -14,7 +14,7 @@
 //! ```
 
 use protocol::binary::REQUEST_MAGIC;
-use protocol::text::{frame_line, parse_request, LineFrame, Request};
+use protocol::text::{frame_line, parse_request, GetCommand, Keys, LineFrame, Request, MAX_GET_LINE_BYTES};
 
 use crate::binary::BinaryStep;
 use crate::config::Binding;
@@ -25,6 +25,10 @@ const READ_CHUNK_BYTES: usize = 16 * 1024;
 /// Stop executing requests while this much output is waiting for the socket,
 /// so a client that pipelines without reading cannot grow our memory.
 const OUTPUT_HIGH_WATER_BYTES: usize = 1024 * 1024;
+/// Input read ahead of execution, unless a request needs more (a large
+/// value, a long multi-get line): a client that pipelines without reading its
+/// replies holds at most this much plus the output high-water mark.
+const READ_AHEAD_BYTES: usize = 256 * 1024;
 /// Buffers that grew past this (a big value) are shrunk back when idle.
 const IDLE_BUFFER_KEEP_BYTES: usize = 64 * 1024;
 
@@ -80,6 +84,23 @@ pub struct Conn {
     stalled: bool,
     /// Binary-protocol state (SASL authentication).
     binary: crate::binary::Session,
+    /// Input bytes (from `rpos`) the next request needs before it can run:
+    /// its data block, or a long multi-get line; 0 when nothing is known.
+    need: usize,
+    /// A multi-get paused because its output reached the high-water mark.
+    paused_get: Option<PausedGet>,
+}
+
+/// Where to resume a multi-get whose line is still at the start of the input.
+#[derive(Clone, Copy, Debug)]
+struct PausedGet {
+    command: GetCommand,
+    exptime: i32,
+    /// Line length and the start of the next request, relative to `rpos`.
+    end: usize,
+    next: usize,
+    /// Offset in the line of the next key.
+    key_pos: usize,
 }
 
 impl Default for Conn {
@@ -103,6 +124,8 @@ impl Conn {
             reqs_this_event: 0,
             stalled: false,
             binary: crate::binary::Session::default(),
+            need: 0,
+            paused_get: None,
         }
     }
 
@@ -117,6 +140,8 @@ impl Conn {
         self.mode = Mode::Undecided;
         self.flush_mark = 0;
         self.binary = crate::binary::Session::default();
+        self.need = 0;
+        self.paused_get = None;
     }
 
     /// Free space to read socket bytes into; call [`Conn::filled`] after.
@@ -132,8 +157,11 @@ impl Conn {
                 self.rpos = 0;
             }
             if self.rbuf.len() - self.rlen < READ_CHUNK_BYTES {
-                let grow = (self.rbuf.len()).max(READ_CHUNK_BYTES);
-                self.rbuf.resize(self.rbuf.len() + grow, 0);
+                // Double, but never past what the read limit can use.
+                let cap = self.read_limit() + READ_CHUNK_BYTES;
+                let grow = self.rbuf.len().max(READ_CHUNK_BYTES);
+                let new_len = (self.rbuf.len() + grow).min(cap.max(self.rlen + READ_CHUNK_BYTES));
+                self.rbuf.resize(new_len, 0);
             }
         }
         &mut self.rbuf[self.rlen..]
@@ -149,6 +177,19 @@ impl Conn {
     #[must_use]
     pub fn has_input(&self) -> bool {
         self.rpos < self.rlen
+    }
+
+    /// Whether a multi-get is paused waiting for its output to drain.
+    #[must_use]
+    pub fn has_paused_get(&self) -> bool {
+        self.paused_get.is_some()
+    }
+
+    /// How much unparsed input to hold before reading stops until some of it
+    /// is executed.
+    #[must_use]
+    pub fn read_limit(&self) -> usize {
+        self.need.max(READ_AHEAD_BYTES)
     }
 
     /// Unparsed input bytes held.
@@ -249,6 +290,13 @@ impl Conn {
     /// Execute one request if a complete one is buffered. Returns false when
     /// more input is needed (or the connection must close).
     fn step(&mut self, exec: &Exec<'_>) -> bool {
+        if let Some(p) = self.paused_get.take() {
+            let line = &self.rbuf[self.rpos..self.rpos + p.end];
+            let keys = Keys::resume(line, p.key_pos);
+            let pause_at = self.wpos + OUTPUT_HIGH_WATER_BYTES;
+            let paused = exec.get(p.command, p.exptime, keys, &mut self.wbuf, &mut self.flush_mark, pause_at);
+            return self.after_get(paused, p.command, p.exptime, p.end, p.next);
+        }
         let input = &self.rbuf[self.rpos..self.rlen];
         if self.mode == Mode::Undecided {
             let Some(&first) = input.first() else {
@@ -265,14 +313,34 @@ impl Conn {
         }
         let (end, next) = match frame_line(input) {
             LineFrame::Line { end, next } => (end, next),
-            LineFrame::Incomplete => return false,
+            LineFrame::Incomplete => {
+                // A long unterminated line can only be a multi-get (framing
+                // closes anything else): keep reading up to the line cap.
+                self.need = if input.len() >= READ_AHEAD_BYTES {
+                    MAX_GET_LINE_BYTES + 1
+                } else {
+                    0
+                };
+                return false;
+            }
             LineFrame::Close => {
                 self.state = State::Closed;
                 return false;
             }
         };
+        self.need = 0;
         let line = &input[..end];
         let request = parse_request(line);
+        if let Request::Get {
+            command,
+            exptime,
+            keys,
+        } = request
+        {
+            let pause_at = self.wpos + OUTPUT_HIGH_WATER_BYTES;
+            let paused = exec.get(command, exptime, keys, &mut self.wbuf, &mut self.flush_mark, pause_at);
+            return self.after_get(paused, command, exptime, end, next);
+        }
         if let Request::Store {
             command,
             key,
@@ -338,9 +406,38 @@ impl Conn {
         }
     }
 
+    /// Finish or pause a retrieval command whose line is at `rpos`: `paused`
+    /// is where its next key starts when the output reached the high-water
+    /// mark ([`Exec::get`]).
+    fn after_get(
+        &mut self,
+        paused: Option<usize>,
+        command: GetCommand,
+        exptime: i32,
+        end: usize,
+        next: usize,
+    ) -> bool {
+        match paused {
+            None => self.rpos += next,
+            Some(key_pos) => {
+                // `process` sees the blocked output on its next turn and stops
+                // until the socket drains; the line stays in the input.
+                self.paused_get = Some(PausedGet {
+                    command,
+                    exptime,
+                    end,
+                    next,
+                    key_pos,
+                });
+            }
+        }
+        true
+    }
+
     /// Make room for a request of `total` bytes starting at `rpos`, so its
     /// data block is read in as few system calls as possible.
     fn wait_for(&mut self, total: usize) {
+        self.need = total;
         if self.rbuf.len() < self.rpos + total {
             self.rbuf.copy_within(self.rpos..self.rlen, 0);
             self.rlen -= self.rpos;
@@ -363,7 +460,26 @@ impl Conn {
             &mut self.wbuf,
             &mut self.flush_mark,
         ) {
-            BinaryStep::Incomplete => false,
+            BinaryStep::Incomplete => {
+                // Past its header, a packet is only left incomplete when all
+                // of it is needed (a value that fits, SASL data), so wait for
+                // all of it; the cap keeps a lying header from growing the
+                // buffer beyond one item.
+                let total = protocol::binary::Header::parse(input).map(|header| {
+                    let head_len = protocol::binary::HEADER_LEN + header.extras_and_key_len();
+                    if input.len() < head_len {
+                        head_len
+                    } else {
+                        header
+                            .packet_len()
+                            .min(head_len + exec.shared.settings.item_size_max_bytes + 64)
+                    }
+                });
+                if let Some(total) = total {
+                    self.wait_for(total);
+                }
+                false
+            }
             BinaryStep::Consumed(n) => {
                 self.rpos += n;
                 true

@@ -94,7 +94,8 @@ impl Exec<'_> {
                 exptime,
                 keys,
             } => {
-                self.get(command, exptime, keys, out, flush_mark);
+                let paused = self.get(command, exptime, keys, out, flush_mark, usize::MAX);
+                debug_assert!(paused.is_none());
             }
             Request::Store { .. } => {
                 unreachable!("storage commands go through execute_store")
@@ -204,14 +205,19 @@ impl Exec<'_> {
         Flow::Continue
     }
 
-    fn get(
+    /// Answer a retrieval command. Stops after a key once the output reaches
+    /// `pause_at` bytes, returning where to resume, so that one multi-get of
+    /// large values cannot grow the output buffer without bound; the caller
+    /// resumes with [`Keys::resume`] once the output has drained.
+    pub fn get(
         &self,
         command: GetCommand,
         exptime: i32,
-        keys: Keys<'_>,
+        mut keys: Keys<'_>,
         out: &mut Vec<u8>,
         flush_mark: &mut usize,
-    ) {
+        pause_at: usize,
+    ) -> Option<usize> {
         let now = self.shared.clock.now();
         let touch = matches!(command, GetCommand::Gat | GetCommand::Gats);
         let with_cas = command.returns_cas();
@@ -220,7 +226,11 @@ impl Exec<'_> {
         } else {
             0
         };
-        let mut keys = keys.peekable();
+        // Set once the output is past `pause_at` but a later key is too long:
+        // memcached would discard this command's replies anyway, so the
+        // lookups still run (for their touches and counters) but nothing is
+        // written and nothing pauses.
+        let mut discard = false;
         while let Some(key) = keys.next() {
             if key.len() > MAX_KEY_LEN {
                 // memcached drops every reply not yet written, then errors.
@@ -229,9 +239,13 @@ impl Exec<'_> {
                     ends.borrow_mut().retain(|&(e, _)| e <= *flush_mark);
                 }
                 out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
-                return;
+                return None;
             }
-            let mut compose = |item: ItemRef<'_>| compose_value(out, item, with_cas);
+            let mut compose = |item: ItemRef<'_>| {
+                if !discard {
+                    compose_value(out, item, with_cas);
+                }
+            };
             let lookup = if let Some(value) = &self.shared.settings.null_store {
                 compose(ItemRef {
                     key,
@@ -263,12 +277,22 @@ impl Exec<'_> {
                     }
                 }
             }
-            if let (Some(ends), Some(_)) = (self.message_ends, keys.peek()) {
-                ends.borrow_mut().push((out.len(), true));
+            if !discard && keys.has_more() {
+                if let Some(ends) = self.message_ends {
+                    ends.borrow_mut().push((out.len(), true));
+                }
+                if out.len() >= pause_at {
+                    if keys.clone().any(|k| k.len() > MAX_KEY_LEN) {
+                        discard = true;
+                    } else {
+                        return Some(keys.position());
+                    }
+                }
             }
         }
         out.extend_from_slice(b"END\r\n");
         *flush_mark = out.len();
+        None
     }
 
     /// Execute a storage command whose data block (`len` bytes and what

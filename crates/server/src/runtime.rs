@@ -30,9 +30,6 @@ use crate::udp::{bind_udp, UdpEndpoint};
 const WAKER: Token = Token(usize::MAX);
 const LISTENER_BASE: usize = usize::MAX / 2;
 const UDP_BASE: usize = usize::MAX / 4;
-/// Unparsed input a connection may hold before we stop reading it until its
-/// requests are executed (its output drains).
-const MAX_BUFFERED_INPUT_BYTES: usize = 4 * 1024 * 1024;
 /// How long shutdown waits for a slow client to take its last replies.
 const SHUTDOWN_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
@@ -365,7 +362,7 @@ impl Worker {
             let mut drained = false;
             let mut eof = false;
             let mut read_any = false;
-            while !client.conn.output_blocked() && client.conn.buffered() < MAX_BUFFERED_INPUT_BYTES {
+            while !client.conn.output_blocked() && client.conn.buffered() < client.conn.read_limit() {
                 let space = client.conn.read_space();
                 let want = space.len();
                 match client.stream.read(space) {

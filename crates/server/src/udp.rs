@@ -114,30 +114,37 @@ impl UdpEndpoint {
             stats: exec.stats,
             message_ends: Some(&self.message_ends),
         };
-        // Whatever the request asks for the connection (quit, close), a UDP
-        // endpoint stays open: only the replies matter.
-        let _ = self.conn.process(&udp_exec);
-        let output = self.conn.output();
-        let mut start = 0;
-        for &(end, send_empty) in self.message_ends.borrow().iter() {
-            let end = end.min(output.len());
-            if end < start {
-                continue;
+        loop {
+            // Whatever the request asks of the connection (quit, close), a UDP
+            // endpoint stays open: only the replies matter.
+            let _ = self.conn.process(&udp_exec);
+            let output = self.conn.output();
+            let mut start = 0;
+            for &(end, send_empty) in self.message_ends.borrow().iter() {
+                let end = end.min(output.len());
+                if end < start {
+                    continue;
+                }
+                if end > start || send_empty {
+                    send_message(
+                        &self.socket,
+                        &mut self.datagram,
+                        request_id,
+                        &output[start..end],
+                        peer,
+                        exec,
+                    );
+                }
+                start = end;
             }
-            if end > start || send_empty {
-                send_message(
-                    &self.socket,
-                    &mut self.datagram,
-                    request_id,
-                    &output[start..end],
-                    peer,
-                    exec,
-                );
+            let written = output.len();
+            self.conn.written(written);
+            self.message_ends.borrow_mut().clear();
+            // A multi-get too large for one output buffer continues here.
+            if !self.conn.has_paused_get() {
+                return;
             }
-            start = end;
         }
-        let written = output.len();
-        self.conn.written(written);
     }
 }
 
