@@ -11,7 +11,8 @@
 //! Environment:
 //! - `FERRO_DIFF_SEED=N` sets the base seed (default fixed, so CI is reproducible);
 //!   `FERRO_DIFF_SEED=random` picks one from the clock. Stream `i` uses seed `base + i`.
-//! - `FERRO_DIFF_STREAMS=N` sets the stream count; `FERRO_DIFF_STEPS=N` the steps per stream.
+//! - `FERRO_DIFF_STREAMS=N` sets the stream count; `FERRO_DIFF_STEPS=N` the steps per stream;
+//!   `FERRO_DIFF_MAX_REPORTS=N` how many failing streams to collect before stopping.
 //! - `FERRO_TEST_SERVER=memcached` compares memcached with itself (checks the harness).
 //!
 //! A failure prints the seed and the command that replays just that stream.
@@ -41,8 +42,8 @@ const STREAMS_PER_SERVER: usize = 40;
 /// The default base seed; CI runs exactly these streams.
 const DEFAULT_SEED: u64 = 0x00c0_ffee_5eed;
 
-/// How many failing streams to report before stopping.
-const MAX_REPORTS: usize = 5;
+/// How many failing streams to report before stopping (`FERRO_DIFF_MAX_REPORTS`).
+const MAX_REPORTS: u64 = 5;
 
 /// One server and what the runner knows about its replies in the current stream.
 struct Side {
@@ -204,7 +205,11 @@ fn run_stream(pair: &mut Pair, seed: u64, steps: &[Step], writes: Writes) -> Res
         let norm_ref = pair.reference.normalize(&reply_ref.bytes);
         let norm_cand = pair.candidate.normalize(&reply_cand.bytes);
         if verbose {
-            eprintln!("[{index}] {} -> {}", escape(&request_ref), escape(&norm_ref));
+            eprintln!(
+                "[{index}] {} -> {}",
+                escape(&request_ref),
+                escape(&norm_ref)
+            );
         }
         let same = norm_ref == norm_cand && reply_ref.ending == reply_cand.ending;
         if !same || reply_ref.ending == Ending::TimedOut {
@@ -218,8 +223,16 @@ fn run_stream(pair: &mut Pair, seed: u64, steps: &[Step], writes: Writes) -> Res
                 }
             }
             return Err(report(
-                seed, writes, steps, index, &request_ref, &request_cand, &reply_ref,
-                &reply_cand, &norm_ref, &norm_cand,
+                seed,
+                writes,
+                steps,
+                index,
+                &request_ref,
+                &request_cand,
+                &reply_ref,
+                &reply_cand,
+                &norm_ref,
+                &norm_cand,
             ) + &liveness);
         }
         if reply_ref.ending == Ending::Closed {
@@ -260,18 +273,35 @@ fn report(
         text += &format!("  memcached (CAS renamed):  {}\n", escape(norm_ref));
         text += &format!("  {candidate} (CAS renamed): {}\n", escape(norm_cand));
     }
+    text += &first_difference(norm_ref, norm_cand, candidate);
     if reply_ref.ending == Ending::TimedOut {
         text += "  memcached itself timed out: the generator broke its own sync rules\n";
     }
-    let test = match writes {
-        Writes::Whole => "random_streams_whole_writes",
-        Writes::Fragmented => "random_streams_fragmented_writes",
-    };
-    text += &format!(
-        "  replay: FERRO_DIFF_SEED={seed} FERRO_DIFF_STREAMS=1 cargo test --release \
-         -p ferrocache-server --test differential {test} -- --nocapture\n"
-    );
     text
+}
+
+/// Where two replies first differ, with some context (long replies are shortened when
+/// printed whole, and the difference may be in the middle).
+fn first_difference(reference: &[u8], candidate: &[u8], name: &str) -> String {
+    let Some(at) = reference
+        .iter()
+        .zip(candidate)
+        .position(|(a, b)| a != b)
+        .or_else(|| {
+            (reference.len() != candidate.len()).then(|| reference.len().min(candidate.len()))
+        })
+    else {
+        return String::new();
+    };
+    let from = at.saturating_sub(80);
+    let window = |b: &[u8]| escape(&b[from.min(b.len())..(at + 80).min(b.len())]);
+    format!(
+        "  first difference at byte {at} (of {} / {}), from byte {from}:\n    memcached:  {}\n    {name}: {}\n",
+        reference.len(),
+        candidate.len(),
+        window(reference),
+        window(candidate)
+    )
 }
 
 fn base_seed() -> u64 {
@@ -284,35 +314,57 @@ fn base_seed() -> u64 {
     }
 }
 
-/// Runs `count` random streams from `base` and panics with the reports of failing ones.
-fn run_random_streams(base: u64, count: u64, writes: Writes) {
+/// Runs `count` random streams, seeds `base + offset + i`, and panics with the reports of
+/// failing ones.
+fn run_random_streams(base: u64, offset: u64, count: u64, writes: Writes) {
     let steps_per_stream = common::env_u64("FERRO_DIFF_STEPS", 40) as usize;
     eprintln!(
         "differential ({writes:?} writes): {count} streams x {steps_per_stream} steps, \
-         memcached vs {}, base seed {base}",
+         memcached vs {}, FERRO_DIFF_SEED={base}",
         ServerKind::under_test().name()
     );
+    let max_reports = common::env_u64("FERRO_DIFF_MAX_REPORTS", MAX_REPORTS) as usize;
     let mut reports = Vec::new();
     let mut pair = Pair::start();
+    // The first stream the current servers saw, for the replay line.
+    let mut first_on_server = 0;
     for i in 0..count {
-        if i > 0 && i % STREAMS_PER_SERVER as u64 == 0 {
+        if i - first_on_server == STREAMS_PER_SERVER as u64 {
             pair = Pair::start();
+            first_on_server = i;
         }
-        let seed = base.wrapping_add(i);
+        let seed = base.wrapping_add(offset).wrapping_add(i);
         let steps = gen::stream(seed, steps_per_stream);
         if let Err(text) = run_stream(&mut pair, seed, &steps, writes) {
+            let test = match writes {
+                Writes::Whole => "random_streams_whole_writes",
+                Writes::Fragmented => "random_streams_fragmented_writes",
+            };
+            let command = format!(
+                "cargo test --release -p ferrocache-server --test differential {test} \
+                 -- --nocapture"
+            );
+            let text = format!(
+                "{text}  replay this stream: FERRO_DIFF_SEED={} FERRO_DIFF_STREAMS=1 {command}\n  \
+                 replay with the same servers' history: FERRO_DIFF_SEED={} \
+                 FERRO_DIFF_STREAMS={} {command}\n",
+                seed.wrapping_sub(offset),
+                base.wrapping_add(first_on_server),
+                i - first_on_server + 1,
+            );
             eprintln!("MISMATCH {text}");
             reports.push(text);
-            if reports.len() >= MAX_REPORTS {
+            if reports.len() >= max_reports {
                 break;
             }
             // The servers' states have diverged: start over with fresh ones.
             pair = Pair::start();
+            first_on_server = i + 1;
         }
     }
     assert!(
         reports.is_empty(),
-        "{} stream(s) differ (showing up to {MAX_REPORTS}):\n\n{}",
+        "{} stream(s) differ (stopping at {max_reports}):\n\n{}",
         reports.len(),
         reports.join("\n")
     );
@@ -321,14 +373,14 @@ fn run_random_streams(base: u64, count: u64, writes: Writes) {
 #[test]
 fn random_streams_whole_writes() {
     let count = common::env_u64("FERRO_DIFF_STREAMS", 300);
-    run_random_streams(base_seed(), count, Writes::Whole);
+    run_random_streams(base_seed(), 0, count, Writes::Whole);
 }
 
 #[test]
 fn random_streams_fragmented_writes() {
     let count = common::env_u64("FERRO_DIFF_STREAMS", 100);
     // A different seed range from the whole-writes test, so more streams get covered.
-    run_random_streams(base_seed().wrapping_add(1 << 32), count, Writes::Fragmented);
+    run_random_streams(base_seed(), 1 << 32, count, Writes::Fragmented);
 }
 
 /// Hand-picked edge cases, in order, on one connection (state carries over between steps).
@@ -460,7 +512,7 @@ fn item_size_limit_boundary() {
             for len in [max - 1, max, max + 1, gen::ITEM_SIZE_MAX + 10] {
                 let mut req = format!("set {} {flags} 0 {len}\r\n", String::from_utf8_lossy(&key))
                     .into_bytes();
-                req.extend(std::iter::repeat(b'v').take(len));
+                req.resize(req.len() + len, b'v');
                 req.extend_from_slice(b"\r\n");
                 steps.push(Step::from_bytes(&req));
                 let mut get = b"get ".to_vec();
@@ -469,12 +521,12 @@ fn item_size_limit_boundary() {
                 steps.push(Step::from_bytes(&get));
             }
             // Store a value that fits, then append past the limit.
-            let mut req = format!("set {} {flags} 0 {max}\r\n", String::from_utf8_lossy(&key))
-                .into_bytes();
-            req.extend(std::iter::repeat(b'w').take(max));
+            let mut req =
+                format!("set {} {flags} 0 {max}\r\n", String::from_utf8_lossy(&key)).into_bytes();
+            req.resize(req.len() + max, b'w');
             req.extend_from_slice(b"\r\n");
-            let mut append = format!("append {} 0 0 2\r\nzz\r\n", String::from_utf8_lossy(&key))
-                .into_bytes();
+            let mut append =
+                format!("append {} 0 0 2\r\nzz\r\n", String::from_utf8_lossy(&key)).into_bytes();
             append.extend_from_slice(b"get ");
             append.extend_from_slice(&key);
             append.extend_from_slice(b"\r\n");

@@ -136,7 +136,9 @@ impl<'a> Writer<'a> {
 
     /// True on a hit (checked byte for byte), false on a miss.
     fn get(&mut self, seq: u64, len: usize) -> bool {
-        let reply = self.conn.request(format!("get {}\r\n", key(seq)).as_bytes());
+        let reply = self
+            .conn
+            .request(format!("get {}\r\n", key(seq)).as_bytes());
         if reply == b"END\r\n" {
             return false;
         }
@@ -171,7 +173,7 @@ fn log_uniform(rng: &mut Rng, lo: usize, hi: usize) -> usize {
 #[test]
 fn mixed_sizes_far_past_the_limit() {
     let server = ServerProcess::start(ServerKind::under_test(), SERVER_ARGS);
-    let mut w = Writer::new(&server, 0x6d65_6d);
+    let mut w = Writer::new(&server, 0x006d_656d);
     // Mostly small items by count, most bytes in large ones.
     w.write(320 << 20, |rng| match rng.weighted(&[50, 30, 20]) {
         0 => log_uniform(rng, 20, 200),
@@ -189,9 +191,16 @@ fn mixed_sizes_far_past_the_limit() {
         w.next_seq,
         w.max_rss_kib / 1024
     );
-    assert!(evictions > 0, "no evictions after {} MB", w.bytes_written >> 20);
+    assert!(
+        evictions > 0,
+        "no evictions after {} MB",
+        w.bytes_written >> 20
+    );
     assert_eq!(limit, LIMIT_MB << 20);
-    assert!(bytes <= limit, "stats bytes {bytes} > limit_maxbytes {limit}");
+    assert!(
+        bytes <= limit,
+        "stats bytes {bytes} > limit_maxbytes {limit}"
+    );
     assert!(curr_items > 0);
 }
 

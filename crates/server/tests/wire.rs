@@ -54,11 +54,7 @@ fn storage_commands() {
     let server = start();
     let mut c = server.connect();
     expect(&mut c, b"set a 0 0 5\r\nhello\r\n", b"STORED\r\n");
-    expect(
-        &mut c,
-        b"get a\r\n",
-        b"VALUE a 0 5\r\nhello\r\nEND\r\n",
-    );
+    expect(&mut c, b"get a\r\n", b"VALUE a 0 5\r\nhello\r\nEND\r\n");
     expect(&mut c, b"set a 42 0 3\r\nabc\r\n", b"STORED\r\n");
     expect(&mut c, b"get a\r\n", b"VALUE a 42 3\r\nabc\r\nEND\r\n");
     expect(&mut c, b"add a 0 0 1\r\nx\r\n", b"NOT_STORED\r\n");
@@ -82,7 +78,11 @@ fn storage_commands() {
         b"VALUE e 4294967295 4\r\na\r\nb\r\nEND\r\n",
     );
     // Lines may end in a bare \n; the data block may not.
-    expect(&mut c, b"set n 0 0 1\nx\r\nget n\n", b"STORED\r\nVALUE n 0 1\r\nx\r\nEND\r\n");
+    expect(
+        &mut c,
+        b"set n 0 0 1\nx\r\nget n\n",
+        b"STORED\r\nVALUE n 0 1\r\nx\r\nEND\r\n",
+    );
 }
 
 #[test]
@@ -145,7 +145,11 @@ fn cas_command() {
         b"gets a\r\n",
         format!("VALUE a 3 1 {next}\r\ny\r\nEND\r\n").as_bytes(),
     );
-    expect(&mut c, b"cas a 0 0 1 abc\r\nx\r\n", b"CLIENT_ERROR bad command line format\r\nERROR\r\n");
+    expect(
+        &mut c,
+        b"cas a 0 0 1 abc\r\nx\r\n",
+        b"CLIENT_ERROR bad command line format\r\nERROR\r\n",
+    );
     expect(&mut c, b"cas a 0 0 1\r\nx\r\n", b"ERROR\r\nERROR\r\n");
     // Every store gives a new CAS unique; gets shows it.
     expect(&mut c, b"set b 0 0 1\r\nx\r\n", b"STORED\r\n");
@@ -160,7 +164,11 @@ fn retrieval_commands() {
     let mut c = server.connect();
     expect(&mut c, b"get nokey\r\n", b"END\r\n");
     expect(&mut c, b"gets nokey\r\n", b"END\r\n");
-    expect(&mut c, b"set a 1 0 1\r\nA\r\nset b 2 0 2\r\nBB\r\n", b"STORED\r\nSTORED\r\n");
+    expect(
+        &mut c,
+        b"set a 1 0 1\r\nA\r\nset b 2 0 2\r\nBB\r\n",
+        b"STORED\r\nSTORED\r\n",
+    );
     expect(
         &mut c,
         b"get b nokey a b\r\n",
@@ -173,18 +181,18 @@ fn retrieval_commands() {
     expect(&mut c, format!("get {keys}\r\n").as_bytes(), &expected);
     // gets carries the CAS unique; gat/gats touch and return.
     let cas = cas_of(&mut c, "a");
-    expect(
-        &mut c,
-        b"gat 0 a nokey\r\n",
-        b"VALUE a 1 1\r\nA\r\nEND\r\n",
-    );
+    expect(&mut c, b"gat 0 a nokey\r\n", b"VALUE a 1 1\r\nA\r\nEND\r\n");
     expect(
         &mut c,
         b"gats 1000 a\r\n",
         format!("VALUE a 1 1 {cas}\r\nA\r\nEND\r\n").as_bytes(),
     );
     expect(&mut c, b"gat 0 nokey\r\n", b"END\r\n");
-    expect(&mut c, b"gat abc a\r\n", b"CLIENT_ERROR invalid exptime argument\r\n");
+    expect(
+        &mut c,
+        b"gat abc a\r\n",
+        b"CLIENT_ERROR invalid exptime argument\r\n",
+    );
     // gat with a negative exptime returns the item, which then is gone.
     expect(&mut c, b"gat -1 a\r\n", b"VALUE a 1 1\r\nA\r\nEND\r\n");
     expect(&mut c, b"get a\r\n", b"END\r\n");
@@ -236,7 +244,11 @@ fn key_length_limit() {
     }
     // Control characters are legal in keys.
     expect(&mut c, b"set a\x01\x7f 0 0 1\r\nx\r\n", b"STORED\r\n");
-    expect(&mut c, b"get a\x01\x7f\r\n", b"VALUE a\x01\x7f 0 1\r\nx\r\nEND\r\n");
+    expect(
+        &mut c,
+        b"get a\x01\x7f\r\n",
+        b"VALUE a\x01\x7f 0 1\r\nx\r\nEND\r\n",
+    );
 }
 
 #[test]
@@ -272,20 +284,44 @@ fn bad_command_lines() {
         (b"incr a\r\n", b"ERROR\r\n"),
         (b"touch a\r\n", b"ERROR\r\n"),
         (b"delete\r\n", b"ERROR\r\n"),
-        (b"set a -1 0 1\r\nx\r\n", b"CLIENT_ERROR bad command line format\r\nERROR\r\n"),
-        (b"set a abc 0 1\r\nx\r\n", b"CLIENT_ERROR bad command line format\r\nERROR\r\n"),
-        (b"set a 0 abc 1\r\nx\r\n", b"CLIENT_ERROR bad command line format\r\nERROR\r\n"),
-        (b"set a 0 0 -1\r\nx\r\n", b"CLIENT_ERROR bad command line format\r\nERROR\r\n"),
-        (b"set a 0 0 abc\r\nx\r\n", b"CLIENT_ERROR bad command line format\r\nERROR\r\n"),
+        (
+            b"set a -1 0 1\r\nx\r\n",
+            b"CLIENT_ERROR bad command line format\r\nERROR\r\n",
+        ),
+        (
+            b"set a abc 0 1\r\nx\r\n",
+            b"CLIENT_ERROR bad command line format\r\nERROR\r\n",
+        ),
+        (
+            b"set a 0 abc 1\r\nx\r\n",
+            b"CLIENT_ERROR bad command line format\r\nERROR\r\n",
+        ),
+        (
+            b"set a 0 0 -1\r\nx\r\n",
+            b"CLIENT_ERROR bad command line format\r\nERROR\r\n",
+        ),
+        (
+            b"set a 0 0 abc\r\nx\r\n",
+            b"CLIENT_ERROR bad command line format\r\nERROR\r\n",
+        ),
         // Data longer than declared: the block does not end in CRLF.
-        (b"set a 0 0 3\r\nhello\r\n", b"CLIENT_ERROR bad data chunk\r\nERROR\r\n"),
+        (
+            b"set a 0 0 3\r\nhello\r\n",
+            b"CLIENT_ERROR bad data chunk\r\nERROR\r\n",
+        ),
         (b"set a 0 0 3 noreply\r\nhello\r\n", b"ERROR\r\n"),
         (
             b"delete a 1\r\n",
             b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n",
         ),
-        (b"incr a abc\r\n", b"CLIENT_ERROR invalid numeric delta argument\r\n"),
-        (b"touch a abc\r\n", b"CLIENT_ERROR invalid exptime argument\r\n"),
+        (
+            b"incr a abc\r\n",
+            b"CLIENT_ERROR invalid numeric delta argument\r\n",
+        ),
+        (
+            b"touch a abc\r\n",
+            b"CLIENT_ERROR invalid exptime argument\r\n",
+        ),
         (b"verbosity\r\n", b"ERROR\r\n"),
         (b"shutdown\r\n", b"ERROR: shutdown not enabled\r\n"),
         // A NUL ends the line as memcached sees it.
@@ -295,7 +331,11 @@ fn bad_command_lines() {
         expect(&mut c, request, reply);
     }
     // The connection is still in sync after all of that.
-    expect(&mut c, b"set ok 0 0 2\r\nok\r\nget ok\r\n", b"STORED\r\nVALUE ok 0 2\r\nok\r\nEND\r\n");
+    expect(
+        &mut c,
+        b"set ok 0 0 2\r\nok\r\nget ok\r\n",
+        b"STORED\r\nVALUE ok 0 2\r\nok\r\nEND\r\n",
+    );
 }
 
 #[test]
@@ -306,8 +346,16 @@ fn flags_exptime_and_length_edges() {
     expect(&mut c, b"set f 4294967296 0 1\r\nx\r\n", b"STORED\r\n");
     expect(&mut c, b"get f\r\n", b"VALUE f 0 1\r\nx\r\nEND\r\n");
     // Negative exptime, or an absolute time in the past: stored, and gone at once.
-    expect(&mut c, b"set f 0 -1 1\r\nx\r\nget f\r\n", b"STORED\r\nEND\r\n");
-    expect(&mut c, b"set f 0 2592001 1\r\nx\r\nget f\r\n", b"STORED\r\nEND\r\n");
+    expect(
+        &mut c,
+        b"set f 0 -1 1\r\nx\r\nget f\r\n",
+        b"STORED\r\nEND\r\n",
+    );
+    expect(
+        &mut c,
+        b"set f 0 2592001 1\r\nx\r\nget f\r\n",
+        b"STORED\r\nEND\r\n",
+    );
     // Up to 30 days is relative; an absolute time in the future lives.
     expect(
         &mut c,
@@ -329,7 +377,7 @@ fn oversized_values_are_swallowed() {
     expect(&mut c, b"set big 0 0 1\r\nx\r\n", b"STORED\r\n");
     let len = 1024 * 1024 + 1;
     let mut request = format!("set big 0 0 {len}\r\n").into_bytes();
-    request.extend(std::iter::repeat(b'v').take(len));
+    request.resize(request.len() + len, b'v');
     request.extend_from_slice(b"\r\nget big\r\n");
     // The data block is swallowed (the connection stays in sync), and a failed set
     // removes the old value.
@@ -346,7 +394,7 @@ fn oversized_values_are_swallowed() {
             (max + 1, b"SERVER_ERROR object too large for cache\r\n"),
         ] {
             let mut request = format!("set big {flags} 0 {len}\r\n").into_bytes();
-            request.extend(std::iter::repeat(b'w').take(len));
+            request.resize(request.len() + len, b'w');
             request.extend_from_slice(b"\r\n");
             expect(&mut c, &request, reply);
         }
@@ -359,11 +407,14 @@ fn item_size_max_flag() {
     let mut c = server.connect();
     let len = 1536 * 1024;
     let mut request = format!("set big 0 0 {len}\r\n").into_bytes();
-    request.extend(std::iter::repeat(b'v').take(len));
+    request.resize(request.len() + len, b'v');
     request.extend_from_slice(b"\r\n");
     expect(&mut c, &request, b"STORED\r\n");
     let reply = c.request(b"get big\r\n");
-    assert_eq!(reply.len(), format!("VALUE big 0 {len}\r\n").len() + len + 2 + 5);
+    assert_eq!(
+        reply.len(),
+        format!("VALUE big 0 {len}\r\n").len() + len + 2 + 5
+    );
     assert!(reply.ends_with(b"vv\r\nEND\r\n"));
 }
 
@@ -380,28 +431,75 @@ fn incr_decr() {
     expect(&mut c, b"decr n 100\r\n", b"0\r\n");
     // A shorter result is written in place, padded with spaces; flags are kept.
     expect(&mut c, b"get n\r\n", b"VALUE n 5 2\r\n0 \r\nEND\r\n");
-    expect(&mut c, b"set n 0 0 3\r\n100\r\ndecr n 95\r\nget n\r\n", b"STORED\r\n5\r\nVALUE n 0 3\r\n5  \r\nEND\r\n");
+    expect(
+        &mut c,
+        b"set n 0 0 3\r\n100\r\ndecr n 95\r\nget n\r\n",
+        b"STORED\r\n5\r\nVALUE n 0 3\r\n5  \r\nEND\r\n",
+    );
     // A longer result makes a new item of the exact length.
-    expect(&mut c, b"set n 0 0 2\r\n99\r\nincr n 1\r\nget n\r\n", b"STORED\r\n100\r\nVALUE n 0 3\r\n100\r\nEND\r\n");
+    expect(
+        &mut c,
+        b"set n 0 0 2\r\n99\r\nincr n 1\r\nget n\r\n",
+        b"STORED\r\n100\r\nVALUE n 0 3\r\n100\r\nEND\r\n",
+    );
     // incr wraps at 2^64.
     expect(
         &mut c,
         b"set n 0 0 20\r\n18446744073709551615\r\nincr n 2\r\n",
         b"STORED\r\n1\r\n",
     );
+    expect(&mut c, b"incr n 18446744073709551615\r\n", b"0\r\n");
+    // A number followed by a space parses; other values do not.
     expect(
         &mut c,
-        b"incr n 18446744073709551615\r\n",
-        b"0\r\n",
+        b"set n 0 0 6\r\n12 abc\r\nincr n 1\r\n",
+        b"STORED\r\n13\r\n",
     );
-    // A number followed by a space parses; other values do not.
-    expect(&mut c, b"set n 0 0 6\r\n12 abc\r\nincr n 1\r\n", b"STORED\r\n13\r\n");
     for value in ["abc", "-5", "", "1.5"] {
         expect(
             &mut c,
             format!("set n 0 0 {}\r\n{value}\r\nincr n 1\r\n", value.len()).as_bytes(),
             b"STORED\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
         );
+    }
+    // memcached parses the value with strtoull: leading digits then a space is a number
+    // whatever follows, digits then anything else is not, however long the value.
+    let long_tail = "q".repeat(3000);
+    expect(
+        &mut c,
+        format!("set n 0 0 3003\r\n12 {long_tail}\r\nincr n 1\r\n").as_bytes(),
+        b"STORED\r\n13\r\n",
+    );
+    for value in [
+        "1x".to_string(),
+        format!("4x{long_tail}"),
+        format!("77{long_tail}"),
+    ] {
+        expect(
+            &mut c,
+            format!("set n 0 0 {}\r\n{value}\r\nincr n 1\r\n", value.len()).as_bytes(),
+            b"STORED\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+        );
+    }
+    // An item over 512 KB in all (memcached's slab_chunk_max: 48 + key + 1 + flags 4 if
+    // non-zero + data + 2 + CAS 8) is stored in chunks, and memcached will not do
+    // arithmetic on a chunked item.
+    for (flags, extra) in [(0u32, 0usize), (5, 4)] {
+        let unchunked = 512 * 1024 - 48 - (3 + 1) - extra - 2 - 8;
+        for (len, reply) in [
+            (unchunked, &b"8\r\n"[..]),
+            (
+                unchunked + 1,
+                b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+            ),
+        ] {
+            let mut request = format!("set big {flags} 0 {len}\r\n7").into_bytes();
+            request.resize(request.len() + len - 1, b' ');
+            request.extend_from_slice(b"\r\nincr big 1\r\n");
+            let mut expected = b"STORED\r\n".to_vec();
+            expected.extend_from_slice(reply);
+            expect(&mut c, &request, &expected);
+        }
     }
     // Bad deltas.
     for delta in ["-1", "abc", "18446744073709551616", "99999999999999999999"] {
@@ -421,14 +519,22 @@ fn delete_and_touch() {
     expect(&mut c, b"set a 0 0 1\r\nx\r\n", b"STORED\r\n");
     expect(&mut c, b"delete a\r\n", b"DELETED\r\n");
     expect(&mut c, b"get a\r\n", b"END\r\n");
-    expect(&mut c, b"set a 0 0 1\r\nx\r\ndelete a 0\r\n", b"STORED\r\nDELETED\r\n");
+    expect(
+        &mut c,
+        b"set a 0 0 1\r\nx\r\ndelete a 0\r\n",
+        b"STORED\r\nDELETED\r\n",
+    );
     expect(
         &mut c,
         b"delete a 0 junk\r\n",
         b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n",
     );
     expect(&mut c, b"touch a 0\r\n", b"NOT_FOUND\r\n");
-    expect(&mut c, b"set a 0 0 1\r\nx\r\ntouch a 1000\r\n", b"STORED\r\nTOUCHED\r\n");
+    expect(
+        &mut c,
+        b"set a 0 0 1\r\nx\r\ntouch a 1000\r\n",
+        b"STORED\r\nTOUCHED\r\n",
+    );
     expect(&mut c, b"get a\r\n", b"VALUE a 0 1\r\nx\r\nEND\r\n");
 }
 
@@ -436,13 +542,29 @@ fn delete_and_touch() {
 fn flush_all_verbosity_version_mn() {
     let server = start();
     let mut c = server.connect();
-    expect(&mut c, b"set a 0 0 1\r\nx\r\nset b 0 0 1\r\ny\r\n", b"STORED\r\nSTORED\r\n");
+    expect(
+        &mut c,
+        b"set a 0 0 1\r\nx\r\nset b 0 0 1\r\ny\r\n",
+        b"STORED\r\nSTORED\r\n",
+    );
     expect(&mut c, b"flush_all\r\n", b"OK\r\n");
     expect(&mut c, b"get a b\r\n", b"END\r\n");
-    expect(&mut c, b"set a 0 0 1\r\nx\r\nflush_all 0\r\nget a\r\n", b"STORED\r\nOK\r\nEND\r\n");
-    expect(&mut c, b"flush_all abc\r\n", b"CLIENT_ERROR invalid exptime argument\r\n");
+    expect(
+        &mut c,
+        b"set a 0 0 1\r\nx\r\nflush_all 0\r\nget a\r\n",
+        b"STORED\r\nOK\r\nEND\r\n",
+    );
+    expect(
+        &mut c,
+        b"flush_all abc\r\n",
+        b"CLIENT_ERROR invalid exptime argument\r\n",
+    );
     // Items stored after a flush live.
-    expect(&mut c, b"set a 0 0 1\r\nz\r\nget a\r\n", b"STORED\r\nVALUE a 0 1\r\nz\r\nEND\r\n");
+    expect(
+        &mut c,
+        b"set a 0 0 1\r\nz\r\nget a\r\n",
+        b"STORED\r\nVALUE a 0 1\r\nz\r\nEND\r\n",
+    );
     expect(&mut c, b"verbosity 1\r\n", b"OK\r\n");
     expect(&mut c, b"verbosity 0\r\n", b"OK\r\n");
     expect_mn(&mut c);
@@ -460,13 +582,19 @@ fn pipelined_requests_in_one_write_and_split() {
     let mut request = Vec::new();
     let mut expected = Vec::new();
     for i in 0..200 {
-        request.extend_from_slice(format!("set k{i} {i} 0 {}\r\nv{i}\r\n", 1 + i.to_string().len()).as_bytes());
+        request.extend_from_slice(
+            format!("set k{i} {i} 0 {}\r\nv{i}\r\n", 1 + i.to_string().len()).as_bytes(),
+        );
         expected.extend_from_slice(b"STORED\r\n");
     }
     for i in 0..200 {
         request.extend_from_slice(format!("get k{i}\r\n").as_bytes());
         expected.extend_from_slice(
-            format!("VALUE k{i} {i} {}\r\nv{i}\r\nEND\r\n", 1 + i.to_string().len()).as_bytes(),
+            format!(
+                "VALUE k{i} {i} {}\r\nv{i}\r\nEND\r\n",
+                1 + i.to_string().len()
+            )
+            .as_bytes(),
         );
     }
     expect(&mut c, &request, &expected);
@@ -524,7 +652,10 @@ fn stats_fields_and_counters() {
         "reclaimed",
     ];
     for field in FIELDS {
-        assert!(before.contains_key(*field), "stats lacks {field}: {before:?}");
+        assert!(
+            before.contains_key(*field),
+            "stats lacks {field}: {before:?}"
+        );
     }
     let num = |stats: &std::collections::HashMap<String, String>, field: &str| -> u64 {
         stats[field]
@@ -541,7 +672,10 @@ fn stats_fields_and_counters() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    assert!(num(&before, "time").abs_diff(now) <= 5, "stat time is not now");
+    assert!(
+        num(&before, "time").abs_diff(now) <= 5,
+        "stat time is not now"
+    );
     assert!(num(&before, "uptime") < 600);
 
     // Every counter moves as memcached's does.
@@ -687,11 +821,19 @@ fn connection_limit() {
             _ => panic!("connection {i}: unexpected {}", reply.describe()),
         }
     }
-    assert!(rejected > 0, "-c {MAXCONNS}: all {} connections accepted", MAXCONNS + 10);
+    assert!(
+        rejected > 0,
+        "-c {MAXCONNS}: all {} connections accepted",
+        MAXCONNS + 10
+    );
     assert!(!accepted.is_empty() && accepted.len() <= MAXCONNS);
     // The connections already open still work.
     for (i, c) in accepted.iter_mut().enumerate() {
-        expect(c, format!("set c{i} 0 0 1\r\nx\r\n").as_bytes(), b"STORED\r\n");
+        expect(
+            c,
+            format!("set c{i} 0 0 1\r\nx\r\n").as_bytes(),
+            b"STORED\r\n",
+        );
     }
     // Closing one frees a slot (the server notices the close asynchronously).
     accepted.pop();
@@ -705,7 +847,10 @@ fn connection_limit() {
         if reply.bytes == b"MN\r\n" {
             break c;
         }
-        assert!(std::time::Instant::now() < deadline, "no slot after a close");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no slot after a close"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     let stats = c.stats("");

@@ -151,7 +151,9 @@ impl Client {
     pub fn read_reply(&mut self) -> Reply {
         let mut reply = self.read_until(READ_TIMEOUT, |b| b.ends_with(BARRIER_REPLY));
         if reply.ending == Ending::Done {
-            reply.bytes.truncate(reply.bytes.len() - BARRIER_REPLY.len());
+            reply
+                .bytes
+                .truncate(reply.bytes.len() - BARRIER_REPLY.len());
         }
         reply
     }

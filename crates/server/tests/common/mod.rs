@@ -14,6 +14,7 @@
 mod client;
 mod rng;
 
+#[allow(unused_imports)] // each test binary uses a different subset
 pub use client::{escape, Client, Ending, Reply, READ_TIMEOUT};
 pub use rng::Rng;
 
@@ -79,12 +80,15 @@ fn memcached_path() -> PathBuf {
         .map(|dir| PathBuf::from(dir).join("memcached"))
         .chain([PathBuf::from("/usr/bin/memcached")])
         .collect::<Vec<_>>();
-    candidates.into_iter().find(|p| p.is_file()).unwrap_or_else(|| {
-        panic!(
-            "memcached (the reference server) is not installed: run scripts/test, which \
+    candidates
+        .into_iter()
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "memcached (the reference server) is not installed: run scripts/test, which \
              installs it, or `apt-get install -y memcached`"
-        )
-    })
+            )
+        })
 }
 
 /// True when this process runs as root: memcached then needs `-u root`.
@@ -129,8 +133,12 @@ impl ServerProcess {
         let mut last_problem = String::new();
         for _ in 0..START_ATTEMPTS {
             let port = probably_free_port();
-            let mut full_args: Vec<String> =
-                vec!["-p".into(), port.to_string(), "-l".into(), "127.0.0.1".into()];
+            let mut full_args: Vec<String> = vec![
+                "-p".into(),
+                port.to_string(),
+                "-l".into(),
+                "127.0.0.1".into(),
+            ];
             full_args.extend(args.iter().map(|a| a.to_string()));
             if running_as_root() && !args.contains(&"-u") {
                 full_args.extend(["-u".into(), "root".into()]);
@@ -201,8 +209,7 @@ impl ServerProcess {
                     if let Ok(Some(status)) = self.child.try_wait() {
                         return Startup::Exited(status);
                     }
-                    if !listening_socket_inodes(self.port).is_subset(&socket_inodes_of(self.id()))
-                    {
+                    if !listening_socket_inodes(self.port).is_subset(&socket_inodes_of(self.id())) {
                         return Startup::Foreign;
                     }
                 } else if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
@@ -340,4 +347,3 @@ pub fn env_u64(name: &str, default: u64) -> u64 {
         Err(_) => default,
     }
 }
-

@@ -68,4 +68,3 @@ impl Rng {
         unreachable!("weights sum to {total}")
     }
 }
-

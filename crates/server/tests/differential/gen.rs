@@ -215,6 +215,11 @@ impl Generator {
         }
     }
 
+    /// One of `items` (for slices of `&str` and `&[u8]`).
+    fn one_of<T: Copy>(&mut self, items: &[T]) -> T {
+        *self.rng.pick(items)
+    }
+
     /// A pool key, or now and then a key one byte too long.
     fn key(&mut self) -> Vec<u8> {
         if self.rng.chance(0.03) {
@@ -365,8 +370,12 @@ impl Generator {
                     };
                     tail.push(Part::LastCas(for_key));
                 }
-                1 => tail.push(bytes(*self.rng.pick(&["999999999", "0", "18446744073709551615"]))),
-                2 => tail.push(bytes(*self.rng.pick(&["abc", "-1", "18446744073709551616"]))),
+                1 => tail.push(bytes(self.one_of(&[
+                    "999999999",
+                    "0",
+                    "18446744073709551615",
+                ]))),
+                2 => tail.push(bytes(self.one_of(&["abc", "-1", "18446744073709551616"]))),
                 _ => {} // missing: wrong token count
             }
         }
@@ -380,7 +389,7 @@ impl Generator {
                 tokens.push(bytes(&shorter.to_string()));
             }
             2 => tokens.push(bytes("-1")),
-            _ => tokens.push(bytes(*self.rng.pick(&[
+            _ => tokens.push(bytes(self.one_of(&[
                 "abc",
                 "4294967296",
                 "99999999999999999999",
@@ -401,7 +410,8 @@ impl Generator {
             let max = max_value_len(key.len(), flags_nonzero);
             *self.rng.pick(&[max - 1, max, max + 1])
         } else {
-            self.rng.range_usize(ITEM_SIZE_MAX + 1, ITEM_SIZE_MAX + 100_000)
+            self.rng
+                .range_usize(ITEM_SIZE_MAX + 1, ITEM_SIZE_MAX + 100_000)
         };
         let command = *self.rng.pick(&["set", "set", "add", "replace", "append"]);
         let mut tokens = vec![
@@ -422,7 +432,9 @@ impl Generator {
 
     /// get/gets/gat/gats with 1 to 30 keys (memcached tokenizes 24 at a time).
     fn retrieval(&mut self, step: &mut Step, first_in_step: bool) {
-        let command = *self.rng.pick(&["get", "get", "gets", "gets", "gat", "gats"]);
+        let command = *self
+            .rng
+            .pick(&["get", "get", "gets", "gets", "gat", "gats"]);
         let touching = command.starts_with("gat");
         let mut tokens = vec![bytes(command)];
         if touching {
@@ -495,7 +507,7 @@ impl Generator {
         match self.rng.weighted(&[60, 15, 20, 5]) {
             0 => tokens.push(bytes(&self.rng.below(200).to_string())),
             1 => tokens.push(bytes(&self.rng.next_u64().to_string())),
-            2 => tokens.push(bytes(*self.rng.pick(DELTAS_ODD))),
+            2 => tokens.push(bytes(self.one_of(DELTAS_ODD))),
             _ => {} // missing delta
         }
         if self.rng.chance(0.2) {
@@ -517,7 +529,7 @@ impl Generator {
     }
 
     fn verbosity(&mut self, step: &mut Step) {
-        let line: &[u8] = *self.rng.pick(&[
+        let line: &[u8] = self.one_of(&[
             &b"verbosity 0\r\n"[..],
             b"verbosity 1\r\n",
             b"verbosity 0 noreply\r\n",
@@ -530,7 +542,7 @@ impl Generator {
 
     /// flush_all without a delay only: a delay would make the test depend on the clock.
     fn flush_all(&mut self, step: &mut Step) {
-        let line: &[u8] = *self.rng.pick(&[
+        let line: &[u8] = self.one_of(&[
             &b"flush_all\r\n"[..],
             b"flush_all noreply\r\n",
             b"flush_all 0\r\n",
@@ -543,7 +555,7 @@ impl Generator {
 
     /// Lines that are wrong in some way: unknown commands, empty lines, missing tokens.
     fn malformed(&mut self, step: &mut Step) {
-        let line: &[u8] = *self.rng.pick(&[
+        let line: &[u8] = self.one_of(&[
             &b"\r\n"[..],
             b"\n",
             b"   \r\n",
@@ -581,7 +593,7 @@ impl Generator {
 
     /// A NUL byte inside a command line: memcached reads the line as a C string.
     fn null_byte(&mut self, step: &mut Step) {
-        let line: &[u8] = *self.rng.pick(&[
+        let line: &[u8] = self.one_of(&[
             &b"get k0\x00 k1\r\n"[..],
             b"get \x00k0\r\n",
             b"set k1 0 0 1\x00junk\r\nq\r\n",
