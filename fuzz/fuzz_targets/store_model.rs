@@ -1,0 +1,15 @@
+//! Fuzz target `store_model`: see [`fuzz_checks::store_model`] for the invariants.
+//!
+//! Under `cargo fuzz` (`--cfg fuzzing`) this is a libFuzzer target. In a plain
+//! build it replays the files or directories named on the command line, so a
+//! crash file can be rerun on stable: `cargo run -p ferrocache-fuzz --bin store_model -- FILE`.
+
+#![cfg_attr(fuzzing, no_main)]
+
+#[cfg(fuzzing)]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| fuzz_checks::store_model(data));
+
+#[cfg(not(fuzzing))]
+fn main() {
+    fuzz_checks::replay_main("store_model", fuzz_checks::store_model);
+}
