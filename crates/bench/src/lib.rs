@@ -12,8 +12,11 @@
 //! - [`ketama`]: libmemcached-compatible key -> server mapping.
 //! - [`search`]: `--slo` bisection and `--rate-sweep`.
 //! - [`report`] and [`plot`]: table, JSON, CSV, .hgrm and SVG.
+//! - [`compare`]: `ferrobench compare`, ferrocache against memcached and the
+//!   null-store floor, side by side (scripts/bench-compare, docs/benchmarks.md).
 
 pub mod cli;
+pub mod compare;
 pub mod config;
 pub mod engine;
 pub mod ketama;

@@ -24,6 +24,11 @@ fn main() -> ExitCode {
 }
 
 fn run() -> anyhow::Result<ExitCode> {
+    // `ferrobench compare ...` is the side-by-side harness; anything else is a run.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == "compare") {
+        return ferrobench::compare::main(argv);
+    }
     let args = Args::parse();
     if args.list_presets {
         for name in cli::PRESETS {

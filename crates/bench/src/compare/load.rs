@@ -1,0 +1,183 @@
+//! Drives one server with a ferrobench preset, in this process, and
+//! measures the server from outside while it runs.
+//!
+//! ```text
+//!   preload (unmeasured, once per server and preset)
+//!   for each run:  /proc/PID/stat  ->  engine::run (closed loop, no warm-up)
+//!                  ->  /proc/PID/stat, VmRSS
+//!   server CPU per op = (utime+stime after - before) / ops the client completed
+//! ```
+//!
+//! The load generator runs in this process, whose threads are pinned to
+//! the client CPU; the engine's worker threads inherit that pinning.
+//! Preloading is a separate, unmeasured step so its sets never count in a
+//! run's CPU figure. With no warm-up, the CPU window and the op count cover
+//! the same requests, apart from 50 connects and the final in-flight replies.
+
+use anyhow::Context;
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+
+use super::servers::Server;
+use crate::cli::{self, Args, Mode};
+use crate::config::Config;
+use crate::engine::{self, RunResult};
+use crate::report::RunReport;
+use crate::search::{self, Series};
+
+/// One measured run against one server.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunFigures {
+    pub ops: u64,
+    pub keys: u64,
+    pub ops_per_sec: f64,
+    pub keys_per_sec: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub hit_ratio: f64,
+    pub errors: u64,
+    pub timeouts: u64,
+    pub elapsed_secs: f64,
+    /// Server utime + stime over the run.
+    pub server_cpu_secs: f64,
+    /// Server VmRSS after the run.
+    pub server_rss_bytes: u64,
+    /// ferrobench's own CPU over the measured run.
+    pub client_cpu_secs: f64,
+}
+
+impl RunFigures {
+    /// Server CPU seconds per million ops (= µs per op).
+    pub fn cpu_per_mop(&self) -> f64 {
+        self.server_cpu_secs * 1e6 / self.ops.max(1) as f64
+    }
+
+    /// Server CPU seconds per million keys (a 48-key get is 48 keys).
+    pub fn cpu_per_mkey(&self) -> f64 {
+        self.server_cpu_secs * 1e6 / self.keys.max(1) as f64
+    }
+
+    fn of(cfg: &Config, r: &RunResult, server_cpu_secs: f64, server_rss_bytes: u64) -> RunFigures {
+        let rep = RunReport::of(cfg, r);
+        RunFigures {
+            ops: rep.counters.ops,
+            keys: rep.counters.keys,
+            ops_per_sec: rep.total.ops_per_sec,
+            keys_per_sec: rep.total.keys_per_sec,
+            p50_us: rep.total.latency_us.p50,
+            p99_us: rep.total.latency_us.p99,
+            p999_us: rep.total.latency_us.p999,
+            hit_ratio: rep.total.hit_ratio,
+            errors: rep.total.errors,
+            timeouts: rep.total.timeouts,
+            elapsed_secs: rep.elapsed_secs,
+            server_cpu_secs,
+            server_rss_bytes,
+            client_cpu_secs: r.cpu_secs,
+        }
+    }
+}
+
+/// ferrobench flags -> a config, exactly as the command line would resolve
+/// them (`flags` excludes the program name). Never shows progress.
+pub fn config(flags: &[String]) -> anyhow::Result<(Config, Mode)> {
+    let argv = std::iter::once("ferrobench".to_string())
+        .chain(flags.iter().cloned())
+        .chain(["--quiet".to_string()]);
+    let args = Args::try_parse_from(argv).with_context(|| format!("ferrobench {flags:?}"))?;
+    cli::resolve(&args)
+}
+
+/// The flags for preset `preset` against `server`, plus `extra`.
+pub fn flags(preset: &str, server: &Server, extra: &[&str]) -> Vec<String> {
+    let mut f: Vec<String> = vec![
+        "--preset".into(),
+        preset.into(),
+        "--server".into(),
+        server.addr_string(),
+    ];
+    f.extend(extra.iter().map(|s| s.to_string()));
+    f
+}
+
+/// Sets every key of the preset once (unmeasured): the preset's preload,
+/// followed by a zero-length run.
+pub fn preload(preset: &str, server: &Server) -> anyhow::Result<()> {
+    let (mut cfg, _) = config(&flags(preset, server, &["--duration", "0"]))?;
+    cfg.preload = true;
+    engine::run(&cfg).with_context(|| format!("preloading {} for {preset}", server.kind.name()))?;
+    Ok(())
+}
+
+/// Runs `flags` (a closed-loop, single run) against `server` and measures it.
+pub fn measure(server: &mut Server, flags: &[String]) -> anyhow::Result<RunFigures> {
+    let (cfg, _) = config(flags)?;
+    let before = server.cpu_ticks()?;
+    let result = engine::run(&cfg).with_context(|| format!("ferrobench {}", flags.join(" ")));
+    let after = server.cpu_ticks();
+    server.check_running()?;
+    let result = result?;
+    let rss = server.rss_bytes()?;
+    Ok(RunFigures::of(
+        &cfg,
+        &result,
+        before.secs_until(after?),
+        rss,
+    ))
+}
+
+/// The outcome of one SLO search against one server.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SloFigures {
+    /// Highest target rate that met the SLO (None: not even the lowest).
+    pub best_rate: Option<f64>,
+    /// The run these figures describe: the best passing one, or when none
+    /// passed, the lowest rate tried.
+    pub target_rate: f64,
+    /// Achieved ops/s, p50 and p99 of that run.
+    pub ops_per_sec: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    /// Every open-loop point: (achieved ops/s, p50 µs, p99 µs, met).
+    pub points: Vec<(f64, f64, f64, bool)>,
+}
+
+/// The preset's `--slo` search against `server`; returns the figures and the
+/// series (for ferrobench's own plot).
+pub fn slo_search(server: &mut Server, flags: &[String]) -> anyhow::Result<(SloFigures, Series)> {
+    let (cfg, mode) = config(flags)?;
+    let Mode::Slo { slo, steps } = mode else {
+        anyhow::bail!("ferrobench {flags:?} is not an --slo search");
+    };
+    let series = search::slo_search(&cfg, slo, steps)
+        .with_context(|| format!("ferrobench {}", flags.join(" ")));
+    server.check_running()?;
+    let series = series?;
+    let q = |r: &RunResult, q: f64| r.stats.total.latency.value_at_quantile(q) as f64 / 1e3;
+    // Points are sorted by rate, so the first is the lowest tried.
+    let headline = match series.best_rate {
+        Some(_) => series.headline(),
+        None => series.points.first().map(|p| &p.result),
+    };
+    let figures = SloFigures {
+        best_rate: series.best_rate,
+        target_rate: headline.and_then(|r| r.target_rate).unwrap_or(0.0),
+        ops_per_sec: headline.map_or(0.0, RunResult::ops_per_sec),
+        p50_us: headline.map_or(0.0, |r| q(r, 0.5)),
+        p99_us: headline.map_or(0.0, |r| q(r, 0.99)),
+        points: series
+            .points
+            .iter()
+            .map(|p| {
+                (
+                    p.result.ops_per_sec(),
+                    q(&p.result, 0.5),
+                    q(&p.result, 0.99),
+                    p.met,
+                )
+            })
+            .collect(),
+    };
+    Ok((figures, series))
+}

@@ -1,0 +1,253 @@
+//! The servers under test: ferrocache, memcached, and the floor
+//! (ferrocache `--null-store`), each started with the same memcached flags
+//! on a free 127.0.0.1 port, pinned to the server CPU.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+
+use super::procs::{pinned_command, Spawned};
+use super::procstat::{self, CpuTicks};
+
+/// How long a server may take to accept its first connection.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections allowed, as memcached's `-c`.
+pub const CONN_LIMIT: u32 = 4096;
+
+/// Which server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Ferrocache,
+    Memcached,
+    /// ferrocache `--null-store`: canned replies, no storage; the kernel's cost.
+    Floor,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Ferrocache => "ferrocache",
+            Kind::Memcached => "memcached",
+            Kind::Floor => "floor",
+        }
+    }
+}
+
+/// Where the binaries are and how to start them.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    pub ferrocache: PathBuf,
+    pub memcached: PathBuf,
+    /// CPU the servers are pinned to (None: unpinned).
+    pub cpu: Option<usize>,
+    /// Add `-u root` (memcached refuses to run as root without it).
+    pub as_root: bool,
+    /// Where server logs go.
+    pub log_dir: PathBuf,
+}
+
+/// One running server.
+pub struct Server {
+    pub kind: Kind,
+    pub addr: SocketAddr,
+    /// The exact command line, for the report.
+    pub command: String,
+    proc: Spawned,
+}
+
+impl Server {
+    /// Starts `kind` with `-t 1 -m MEMORY_MB -c 4096 -U 0` on a free port and
+    /// waits until it accepts connections. `null_value_bytes` sizes the
+    /// floor's canned value.
+    pub fn start(
+        bins: &Binaries,
+        kind: Kind,
+        memory_mb: u64,
+        null_value_bytes: usize,
+    ) -> anyhow::Result<Server> {
+        let port = free_port()?;
+        let program: &Path = match kind {
+            Kind::Memcached => &bins.memcached,
+            Kind::Ferrocache | Kind::Floor => &bins.ferrocache,
+        };
+        if !program.exists() {
+            bail!("{} is missing (for {})", program.display(), kind.name());
+        }
+        let mut args: Vec<String> = [
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "0",
+            "-t",
+            "1",
+            "-m",
+            &memory_mb.to_string(),
+            "-c",
+            &CONN_LIMIT.to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if bins.as_root {
+            args.extend(["-u".into(), "root".into()]);
+        }
+        if kind == Kind::Floor {
+            args.extend([
+                "--null-store".into(),
+                "--null-value-bytes".into(),
+                null_value_bytes.to_string(),
+            ]);
+        }
+        let mut cmd = pinned_command(bins.cpu, program);
+        cmd.args(&args);
+        let command = format!(
+            "{}{} {}",
+            bins.cpu
+                .map_or(String::new(), |c| format!("taskset -c {c} ")),
+            program.display(),
+            args.join(" ")
+        );
+        let log = bins.log_dir.join(format!("{}-{port}.log", kind.name()));
+        let proc = Spawned::start(cmd, kind.name(), log)?;
+        let mut server = Server {
+            kind,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            command,
+            proc,
+        };
+        server.wait_listening()?;
+        Ok(server)
+    }
+
+    fn wait_listening(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = self.proc.exited() {
+                bail!(
+                    "{} exited at start ({status}): {}\n{}",
+                    self.kind.name(),
+                    self.command,
+                    self.proc.log_tail(2000)
+                );
+            }
+            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
+                // taskset has exec'd the server by now: it is what listens.
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not accept connections on {} within {START_TIMEOUT:?}: {}",
+                    self.kind.name(),
+                    self.addr,
+                    self.command
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
+
+    pub fn addr_string(&self) -> String {
+        self.addr.to_string()
+    }
+
+    pub fn cpu_ticks(&self) -> anyhow::Result<CpuTicks> {
+        procstat::cpu_ticks(self.pid())
+    }
+
+    pub fn rss_bytes(&self) -> anyhow::Result<u64> {
+        procstat::rss_bytes(self.pid())
+    }
+
+    /// Fails if the server died.
+    pub fn check_running(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.proc.exited() {
+            bail!(
+                "{} exited during the benchmark ({status}):\n{}",
+                self.kind.name(),
+                self.proc.log_tail(2000)
+            );
+        }
+        Ok(())
+    }
+
+    /// Stops it now (it is stopped on drop anyway).
+    pub fn stop(mut self) {
+        self.proc.stop();
+    }
+}
+
+/// Sends `stats` on `s` and reads the reply up to `END`. On a connection
+/// with earlier `noreply` requests, the reply also proves the server has
+/// executed them all (one connection's requests run in order).
+pub fn stats_on(s: &mut TcpStream) -> anyhow::Result<BTreeMap<String, String>> {
+    s.write_all(b"stats\r\n")?;
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    while !buf.ends_with(b"END\r\n") {
+        let n = s.read(&mut chunk).context("reading the stats reply")?;
+        if n == 0 {
+            bail!("connection closed during stats");
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.len() > 1 << 20 {
+            bail!("stats reply longer than 1 MiB");
+        }
+    }
+    parse_stats(&String::from_utf8_lossy(&buf))
+}
+
+/// `STAT name value` lines up to `END`.
+pub fn parse_stats(text: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        if line == "END" {
+            return Ok(out);
+        }
+        let mut parts = line.splitn(3, ' ');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("STAT"), Some(name), value) => {
+                out.insert(name.to_string(), value.unwrap_or("").to_string());
+            }
+            _ => bail!("unexpected line in the stats reply: {line:?}"),
+        }
+    }
+    bail!("stats reply without END")
+}
+
+/// A stat as a number (0 when missing).
+pub fn stat_u64(stats: &BTreeMap<String, String>, name: &str) -> u64 {
+    stats.get(name).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_reply_parses() {
+        let s = parse_stats("STAT pid 12\r\nSTAT version 1.6.18\r\nSTAT evictions 0\r\nEND\r\n")
+            .unwrap();
+        assert_eq!(s["version"], "1.6.18");
+        assert_eq!(stat_u64(&s, "pid"), 12);
+        assert_eq!(stat_u64(&s, "missing"), 0);
+        assert!(parse_stats("STAT a 1\r\n").is_err());
+        assert!(parse_stats("ERROR\r\n").is_err());
+    }
+}

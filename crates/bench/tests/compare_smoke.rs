@@ -1,0 +1,206 @@
+//! `ferrobench compare`, bounded: one preset, 1 s runs, one repetition.
+//! It must start ferrocache, memcached and the floor, measure all three,
+//! write its report, and leave no server running, also when interrupted.
+//!
+//! Needs `/usr/bin/memcached` and a built `ferrocache` binary. The bench
+//! crate cannot use `CARGO_BIN_EXE_ferrocache` (another package's binary),
+//! so the binary is looked up: `$FERROCACHE_BIN`, next to this test's
+//! ferrobench (same target directory and profile: fresh under
+//! `cargo test --workspace`), then `target/release`, then `target/debug` of
+//! the workspace. scripts/test builds `--release --workspace` first.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const FERROBENCH: &str = env!("CARGO_BIN_EXE_ferrobench");
+const MEMCACHED: &str = "/usr/bin/memcached";
+
+fn ferrocache() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut candidates: Vec<PathBuf> = std::env::var_os("FERROCACHE_BIN")
+        .map(PathBuf::from)
+        .into_iter()
+        .collect();
+    candidates.extend(Path::new(FERROBENCH).parent().map(|d| d.join("ferrocache")));
+    candidates.push(workspace.join("target/release/ferrocache"));
+    candidates.push(workspace.join("target/debug/ferrocache"));
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "no ferrocache binary found at {candidates:?}: build it first with \
+                 `cargo build --release --workspace` (scripts/test does), or set FERROCACHE_BIN"
+            )
+        })
+}
+
+fn require_memcached() {
+    assert!(
+        Path::new(MEMCACHED).exists(),
+        "{MEMCACHED} is missing: install it with `apt-get install -y memcached` (scripts/test does)"
+    );
+}
+
+fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("compare-smoke-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn smoke_run_starts_measures_and_stops_everything() {
+    require_memcached();
+    let dir = temp_dir("run");
+    let (md, json) = (dir.join("benchmarks.md"), dir.join("report.json"));
+    let out = Command::new(FERROBENCH)
+        .arg("compare")
+        .args([
+            "--presets",
+            "solarflare-get",
+            "--duration",
+            "1",
+            "--reps",
+            "1",
+        ])
+        .arg("--no-memory")
+        .arg("--ferrocache")
+        .arg(ferrocache())
+        .arg("--out")
+        .arg(&md)
+        .arg("--plots")
+        .arg(dir.join("plots"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "compare failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("| solarflare-get |"),
+        "no headline row: {stdout}"
+    );
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let pids: Vec<u64> = report["server_pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        pids.len(),
+        3,
+        "ferrocache, memcached and the floor: {pids:?}"
+    );
+    for pid in &pids {
+        assert!(
+            !alive(*pid),
+            "server pid {pid} still runs after compare ended"
+        );
+    }
+    let runs = report["presets"][0]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    for run in runs {
+        let (kind, figures) = (&run[0], &run[1][0]);
+        assert!(figures["ops"].as_u64().unwrap() > 0, "{kind}: no ops");
+        assert!(
+            figures["server_cpu_secs"].as_f64().unwrap() > 0.0,
+            "{kind}: the server used no CPU?"
+        );
+        assert_eq!(figures["errors"].as_u64(), Some(0), "{kind}");
+        assert_eq!(figures["hit_ratio"].as_f64(), Some(1.0), "{kind}");
+    }
+    let doc = std::fs::read_to_string(&md).unwrap();
+    assert!(doc.contains("## Headline") && doc.contains("### solarflare-get"));
+    assert!(
+        doc.contains("ferrobench compare --presets solarflare-get"),
+        "the command is recorded"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigterm_stops_every_server() {
+    require_memcached();
+    let dir = temp_dir("sigterm");
+    let mut child = Command::new(FERROBENCH)
+        .arg("compare")
+        .args([
+            "--presets",
+            "solarflare-get",
+            "--duration",
+            "30",
+            "--reps",
+            "3",
+        ])
+        .arg("--no-memory")
+        .arg("--ferrocache")
+        .arg(ferrocache())
+        .args(["--out", "-", "--plots", "-"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // "ferrobench compare: started memcached pid 123 on 127.0.0.1:4567"
+    let mut pids = Vec::new();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    while pids.len() < 3 {
+        let line = lines
+            .next()
+            .expect("compare ended before starting three servers")
+            .unwrap();
+        if let Some(rest) = line.split_once(" pid ").map(|(_, r)| r) {
+            pids.push(
+                rest.split_whitespace()
+                    .next()
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap(),
+            );
+        }
+    }
+    // Keep draining stderr so the harness never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    for &pid in &pids {
+        assert!(alive(pid), "server {pid} should be running");
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "compare did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(exit.code(), Some(128 + 15), "exit status after SIGTERM");
+    for &pid in &pids {
+        assert!(
+            !alive(pid),
+            "server pid {pid} survived SIGTERM of the harness"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
