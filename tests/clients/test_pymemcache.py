@@ -309,6 +309,9 @@ def test_noreply(mc):
         assert noreply.set("a", b"1") is True
         assert noreply.add("a", b"2") is True  # no reply asked for: always True
         assert noreply.delete("missing") is True
+        # A round trip on the same connection: the server has run the
+        # noreply commands before it answers, whichever worker serves `mc`.
+        assert noreply.get("a") == b"1"
     finally:
         noreply.close()
     assert mc.get("a") == b"1"

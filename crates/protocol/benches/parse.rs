@@ -29,7 +29,10 @@ fn bench(c: &mut Criterion) {
     let set = format!("set {key} 0 0 20\r\n{}\r\n", "v".repeat(20));
     let get48 = format!(
         "get {}\r\n",
-        (0..48).map(|i| format!("{key:.17}{i:03}")).collect::<Vec<_>>().join(" ")
+        (0..48)
+            .map(|i| format!("{key:.17}{i:03}"))
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     let pipeline16: String = (0..16)
         .map(|i| if i % 2 == 0 { get.clone() } else { set.clone() })

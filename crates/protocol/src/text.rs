@@ -193,7 +193,9 @@ impl<'a> Keys<'a> {
     /// Whether another key follows.
     #[must_use]
     pub fn has_more(&self) -> bool {
-        self.line[self.pos.min(self.line.len())..].iter().any(|&b| b != b' ')
+        self.line[self.pos.min(self.line.len())..]
+            .iter()
+            .any(|&b| b != b' ')
     }
 }
 
@@ -456,11 +458,14 @@ fn parse_plain_get(line: &[u8]) -> Option<Request<'_>> {
     };
     let keys_at = start + cmd_len;
     // memcached wants at least one token after the command.
-    line[keys_at..].iter().any(|&b| b != b' ').then(|| Request::Get {
-        command,
-        exptime: 0,
-        keys: Keys::new(line, keys_at),
-    })
+    line[keys_at..]
+        .iter()
+        .any(|&b| b != b' ')
+        .then(|| Request::Get {
+            command,
+            exptime: 0,
+            keys: Keys::new(line, keys_at),
+        })
 }
 
 fn parse_get<'a>(t: &Tokens<'a>, line: &'a [u8], command: GetCommand) -> Request<'a> {
@@ -523,7 +528,7 @@ fn parse_store<'a>(t: &Tokens<'a>, command: StoreCommand) -> Request<'a> {
     } else {
         0
     };
-    if vlen < 0 || vlen > i32::MAX - 2 {
+    if !(0..=i32::MAX - 2).contains(&vlen) {
         return bad;
     }
     Request::Store {
@@ -800,21 +805,30 @@ mod tests {
 
     #[test]
     fn frames_lines_like_memcached() {
-        assert_eq!(frame_line(b"get a\r\n"), LineFrame::Line { end: 5, next: 7 });
+        assert_eq!(
+            frame_line(b"get a\r\n"),
+            LineFrame::Line { end: 5, next: 7 }
+        );
         assert_eq!(frame_line(b"get a\n"), LineFrame::Line { end: 5, next: 6 });
         assert_eq!(frame_line(b"\r\n"), LineFrame::Line { end: 1, next: 2 });
         assert_eq!(frame_line(b"get a"), LineFrame::Incomplete);
-        assert_eq!(frame_line(b"ge\0t a\r\n"), LineFrame::Line { end: 2, next: 8 });
+        assert_eq!(
+            frame_line(b"ge\0t a\r\n"),
+            LineFrame::Line { end: 2, next: 8 }
+        );
         let long = vec![b'x'; 3000];
         assert_eq!(frame_line(&long), LineFrame::Close);
         let mut get = b"get ".to_vec();
-        get.extend(std::iter::repeat(b'k').take(3000));
+        get.extend(std::iter::repeat_n(b'k', 3000));
         assert_eq!(frame_line(&get), LineFrame::Incomplete);
     }
 
     #[test]
     fn tokenizer_stops_at_23_tokens() {
-        let line = (0..30).map(|i| format!("k{i}")).collect::<Vec<_>>().join(" ");
+        let line = (0..30)
+            .map(|i| format!("k{i}"))
+            .collect::<Vec<_>>()
+            .join(" ");
         let t = Tokens::new(line.as_bytes(), 0);
         assert_eq!(t.len(), 23);
         assert_eq!(t.get(22), b"k22");
@@ -872,16 +886,25 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(invalid_reply("set k 0 0"), Some((ErrorReply::Error, false)));
-        assert_eq!(invalid_reply("set k 0 0 -1"), Some((ErrorReply::BadFormat, false)));
+        assert_eq!(
+            invalid_reply("set k 0 0 -1"),
+            Some((ErrorReply::BadFormat, false))
+        );
         assert_eq!(
             invalid_reply("set k x 0 1 noreply"),
             Some((ErrorReply::BadFormat, true))
         );
         let long_key = format!("set {} 0 0 1", "a".repeat(251));
-        assert_eq!(invalid_reply(&long_key), Some((ErrorReply::BadFormat, false)));
+        assert_eq!(
+            invalid_reply(&long_key),
+            Some((ErrorReply::BadFormat, false))
+        );
         let ok_key = format!("set {} 0 0 1", "a".repeat(250));
         assert!(matches!(req(&ok_key), Request::Store { .. }));
-        assert_eq!(invalid_reply("cas k 0 0 1 x"), Some((ErrorReply::BadFormat, false)));
+        assert_eq!(
+            invalid_reply("cas k 0 0 1 x"),
+            Some((ErrorReply::BadFormat, false))
+        );
     }
 
     #[test]
@@ -901,19 +924,31 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(invalid_reply("get"), Some((ErrorReply::Error, false)));
-        assert_eq!(invalid_reply("gat x a"), Some((ErrorReply::InvalidExptime, false)));
+        assert_eq!(
+            invalid_reply("gat x a"),
+            Some((ErrorReply::InvalidExptime, false))
+        );
         assert!(matches!(req("gat 10"), Request::Get { .. }));
     }
 
     #[test]
     fn parses_other_commands() {
-        assert!(matches!(req("delete k"), Request::Delete { noreply: false, .. }));
-        assert!(matches!(req("delete k 0"), Request::Delete { noreply: false, .. }));
+        assert!(matches!(
+            req("delete k"),
+            Request::Delete { noreply: false, .. }
+        ));
+        assert!(matches!(
+            req("delete k 0"),
+            Request::Delete { noreply: false, .. }
+        ));
         assert!(matches!(
             req("delete k 0 noreply"),
             Request::Delete { noreply: true, .. }
         ));
-        assert_eq!(invalid_reply("delete k 1"), Some((ErrorReply::DeleteUsage, false)));
+        assert_eq!(
+            invalid_reply("delete k 1"),
+            Some((ErrorReply::DeleteUsage, false))
+        );
         assert_eq!(invalid_reply("delete"), Some((ErrorReply::Error, false)));
         assert!(matches!(
             req("incr k 5"),
@@ -927,7 +962,10 @@ mod tests {
             invalid_reply("decr k -1 noreply"),
             Some((ErrorReply::InvalidDelta, true))
         );
-        assert!(matches!(req("touch k 10"), Request::Touch { exptime: 10, .. }));
+        assert!(matches!(
+            req("touch k 10"),
+            Request::Touch { exptime: 10, .. }
+        ));
         assert!(matches!(
             req("flush_all"),
             Request::FlushAll {
@@ -954,7 +992,10 @@ mod tests {
             Some((ErrorReply::InvalidExptime, false))
         );
         assert_eq!(invalid_reply("verbosity"), Some((ErrorReply::Error, false)));
-        assert_eq!(invalid_reply("verbosity x"), Some((ErrorReply::BadFormat, false)));
+        assert_eq!(
+            invalid_reply("verbosity x"),
+            Some((ErrorReply::BadFormat, false))
+        );
         assert!(matches!(req("version"), Request::Version));
         assert!(matches!(req("quit"), Request::Quit));
         assert!(matches!(req("mn"), Request::MetaNoop));

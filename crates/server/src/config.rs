@@ -277,7 +277,9 @@ impl Settings {
         let sasl_pwdb = if a.sasl {
             // memcached serves only the binary protocol with SASL.
             match binding {
-                Binding::Ascii => bail!("ERROR: You cannot allow the ASCII protocol while using SASL."),
+                Binding::Ascii => {
+                    bail!("ERROR: You cannot allow the ASCII protocol while using SASL.")
+                }
                 _ => binding = Binding::Binary,
             }
             Some(std::env::var("MEMCACHED_SASL_PWDB").map_err(|_| {
@@ -343,9 +345,9 @@ impl Settings {
             null_store: a.null_store.then(|| vec![b'x'; a.null_value_bytes]),
             extended,
         })
-        .map(|s| {
+        .inspect(|_| {
+            // Accepted for compatibility, no effect; see docs/operations.md.
             let _ = (a.daemon, a.coredumps, a.lock_memory, a.large_pages);
-            s
         })
     }
 }
@@ -387,8 +389,25 @@ mod tests {
     #[test]
     fn parses_memcached_command_lines() {
         let s = parse(&[
-            "-p", "1234", "-m", "1024", "-c", "4096", "-t", "1", "-U", "0", "-vv", "-I", "2m",
-            "-M", "-A", "-o", "idle_timeout=30,hashpower=20", "-l", "127.0.0.1,::1",
+            "-p",
+            "1234",
+            "-m",
+            "1024",
+            "-c",
+            "4096",
+            "-t",
+            "1",
+            "-U",
+            "0",
+            "-vv",
+            "-I",
+            "2m",
+            "-M",
+            "-A",
+            "-o",
+            "idle_timeout=30,hashpower=20",
+            "-l",
+            "127.0.0.1,::1",
         ])
         .unwrap();
         assert_eq!(s.port, 1234);

@@ -14,7 +14,9 @@
 //! ```
 
 use protocol::binary::REQUEST_MAGIC;
-use protocol::text::{frame_line, parse_request, GetCommand, Keys, LineFrame, Request, MAX_GET_LINE_BYTES};
+use protocol::text::{
+    frame_line, parse_request, GetCommand, Keys, LineFrame, Request, MAX_GET_LINE_BYTES,
+};
 
 use crate::binary::BinaryStep;
 use crate::config::Binding;
@@ -294,7 +296,14 @@ impl Conn {
             let line = &self.rbuf[self.rpos..self.rpos + p.end];
             let keys = Keys::resume(line, p.key_pos);
             let pause_at = self.wpos + OUTPUT_HIGH_WATER_BYTES;
-            let paused = exec.get(p.command, p.exptime, keys, &mut self.wbuf, &mut self.flush_mark, pause_at);
+            let paused = exec.get(
+                p.command,
+                p.exptime,
+                keys,
+                &mut self.wbuf,
+                &mut self.flush_mark,
+                pause_at,
+            );
             return self.after_get(paused, p.command, p.exptime, p.end, p.next);
         }
         let input = &self.rbuf[self.rpos..self.rlen];
@@ -338,7 +347,14 @@ impl Conn {
         } = request
         {
             let pause_at = self.wpos + OUTPUT_HIGH_WATER_BYTES;
-            let paused = exec.get(command, exptime, keys, &mut self.wbuf, &mut self.flush_mark, pause_at);
+            let paused = exec.get(
+                command,
+                exptime,
+                keys,
+                &mut self.wbuf,
+                &mut self.flush_mark,
+                pause_at,
+            );
             return self.after_get(paused, command, exptime, end, next);
         }
         if let Request::Store {
@@ -364,7 +380,16 @@ impl Conn {
                 return false;
             }
             let data = &input[next..total];
-            exec.execute_store(command, key, flags, exptime, cas, noreply, data, &mut self.wbuf);
+            exec.execute_store(
+                command,
+                key,
+                flags,
+                exptime,
+                cas,
+                noreply,
+                data,
+                &mut self.wbuf,
+            );
             self.rpos += total;
             return true;
         }
@@ -382,7 +407,13 @@ impl Conn {
                         return false;
                     }
                     let data = &input[next..total];
-                    let flow = crate::meta::execute(exec, m, Some(data), &mut self.wbuf, &mut self.flush_mark);
+                    let flow = crate::meta::execute(
+                        exec,
+                        m,
+                        Some(data),
+                        &mut self.wbuf,
+                        &mut self.flush_mark,
+                    );
                     (flow, total)
                 }
                 None => (
@@ -390,7 +421,10 @@ impl Conn {
                     next,
                 ),
             },
-            request => (exec.execute(request, &mut self.wbuf, &mut self.flush_mark), next),
+            request => (
+                exec.execute(request, &mut self.wbuf, &mut self.flush_mark),
+                next,
+            ),
         };
         self.rpos += used;
         match flow {
@@ -484,7 +518,10 @@ impl Conn {
                 self.rpos += n;
                 true
             }
-            BinaryStep::Swallow { consumed, remaining } => {
+            BinaryStep::Swallow {
+                consumed,
+                remaining,
+            } => {
                 self.rpos += consumed;
                 self.state = State::Swallow { remaining };
                 true

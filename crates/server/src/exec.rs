@@ -117,14 +117,28 @@ impl Exec<'_> {
                 noreply,
             } => match self.store().incr_decr(key, delta, incr, now) {
                 ArithOutcome::Value(v) => {
-                    bump(if incr { &self.stats.incr_hits } else { &self.stats.decr_hits }, 1);
+                    bump(
+                        if incr {
+                            &self.stats.incr_hits
+                        } else {
+                            &self.stats.decr_hits
+                        },
+                        1,
+                    );
                     if !noreply {
                         push_u64(out, v);
                         out.extend_from_slice(CRLF);
                     }
                 }
                 ArithOutcome::NotFound => {
-                    bump(if incr { &self.stats.incr_misses } else { &self.stats.decr_misses }, 1);
+                    bump(
+                        if incr {
+                            &self.stats.incr_misses
+                        } else {
+                            &self.stats.decr_misses
+                        },
+                        1,
+                    );
                     reply(out, noreply, b"NOT_FOUND\r\n");
                 }
                 ArithOutcome::NonNumeric => reply(
@@ -266,10 +280,24 @@ impl Exec<'_> {
             }
             match lookup {
                 Lookup::Hit(()) => {
-                    bump(if touch { &self.stats.touch_hits } else { &self.stats.get_hits }, 1);
+                    bump(
+                        if touch {
+                            &self.stats.touch_hits
+                        } else {
+                            &self.stats.get_hits
+                        },
+                        1,
+                    );
                 }
                 miss => {
-                    bump(if touch { &self.stats.touch_misses } else { &self.stats.get_misses }, 1);
+                    bump(
+                        if touch {
+                            &self.stats.touch_misses
+                        } else {
+                            &self.stats.get_misses
+                        },
+                        1,
+                    );
                     match miss {
                         Lookup::Expired => bump(&self.stats.get_expired, 1),
                         Lookup::Flushed => bump(&self.stats.get_flushed, 1),
@@ -328,7 +356,8 @@ impl Exec<'_> {
         let outcome = if self.shared.settings.null_store.is_some() {
             StoreOutcome::Stored
         } else {
-            self.store().store(mode, key, flags, exptime, &data[..len], now)
+            self.store()
+                .store(mode, key, flags, exptime, &data[..len], now)
         };
         let line: &[u8] = match outcome {
             StoreOutcome::Stored => {
@@ -362,7 +391,13 @@ impl Exec<'_> {
 
     /// A storage command refused before its data is read: the value can
     /// never fit. The caller swallows the data block.
-    pub fn reject_too_large(&self, command: StoreCommand, key: &[u8], noreply: bool, out: &mut Vec<u8>) {
+    pub fn reject_too_large(
+        &self,
+        command: StoreCommand,
+        key: &[u8],
+        noreply: bool,
+        out: &mut Vec<u8>,
+    ) {
         bump(&self.stats.store_too_large, 1);
         self.drop_stale_on_failed_set(command, key, self.shared.clock.now());
         reply(out, noreply, b"SERVER_ERROR object too large for cache\r\n");

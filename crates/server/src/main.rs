@@ -64,8 +64,9 @@ fn real_main() -> Result<()> {
         ),
         None => None,
     };
-    let worker_stats: Vec<Arc<WorkerStats>> =
-        (0..settings.threads).map(|_| Arc::new(WorkerStats::default())).collect();
+    let worker_stats: Vec<Arc<WorkerStats>> = (0..settings.threads)
+        .map(|_| Arc::new(WorkerStats::default()))
+        .collect();
     let shared = Arc::new(Shared {
         verbosity: AtomicU32::new(settings.verbose),
         store,

@@ -37,9 +37,13 @@ pub fn bind_tcp(addr: SocketAddr, backlog: i32) -> Result<TcpListener> {
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
-    socket
-        .bind(&addr.into())
-        .with_context(|| format!("failed to listen on TCP port {} of {}", addr.port(), addr.ip()))?;
+    socket.bind(&addr.into()).with_context(|| {
+        format!(
+            "failed to listen on TCP port {} of {}",
+            addr.port(),
+            addr.ip()
+        )
+    })?;
     socket.listen(backlog)?;
     Ok(TcpListener::from_std(socket.into()))
 }
@@ -104,7 +108,11 @@ impl Stream {
     }
 
     /// Block (with a timeout) to write everything: used only at shutdown.
-    pub fn write_all_blocking(&mut self, buf: &[u8], timeout: std::time::Duration) -> io::Result<()> {
+    pub fn write_all_blocking(
+        &mut self,
+        buf: &[u8],
+        timeout: std::time::Duration,
+    ) -> io::Result<()> {
         let sock = match self {
             Stream::Tcp(s) => SockRef::from(&*s),
             Stream::Unix(s) => SockRef::from(&*s),

@@ -61,8 +61,9 @@ fn listen_addrs(shared: &Shared) -> Result<Vec<SocketAddr>> {
 /// and the rest reuse it.
 fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint>)>> {
     let settings = &shared.settings;
-    let mut per_worker: Vec<(Vec<Listener>, Vec<UdpEndpoint>)> =
-        (0..settings.threads).map(|_| (Vec::new(), Vec::new())).collect();
+    let mut per_worker: Vec<(Vec<Listener>, Vec<UdpEndpoint>)> = (0..settings.threads)
+        .map(|_| (Vec::new(), Vec::new()))
+        .collect();
     if let Some(path) = &settings.unix_socket {
         let first = Listener::Unix(bind_unix(path, settings.unix_mask, settings.backlog)?);
         for (listeners, _) in per_worker.iter_mut().skip(1) {
@@ -87,7 +88,9 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
             if settings.pin {
                 if let Some(Listener::Tcp(first)) = per_worker[0].0.last() {
                     let workers = settings.threads as u32;
-                    if let Err(e) = crate::sys::attach_reuseport_cpu_steering(first.as_raw_fd(), workers) {
+                    if let Err(e) =
+                        crate::sys::attach_reuseport_cpu_steering(first.as_raw_fd(), workers)
+                    {
                         eprintln!("ferrocache: CPU steering unavailable ({e}); the kernel will hash connections");
                     }
                 }
@@ -126,7 +129,10 @@ pub fn run(shared: Arc<Shared>, worker_stats: Vec<Arc<WorkerStats>>) -> Result<(
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         wakers.push(waker);
         let mut worker = Worker::new(poll, listeners, udp, shared.clone(), stats)?;
-        let pin = shared.settings.pin.then(|| id % crate::sys::available_cpus());
+        let pin = shared
+            .settings
+            .pin
+            .then(|| id % crate::sys::available_cpus());
         handles.push(
             std::thread::Builder::new()
                 .name(format!("worker-{id}"))
@@ -175,7 +181,9 @@ fn maintenance_loop(shared: &Shared) {
             }
         }
         shared.clock.tick();
-        shared.store.sweep_expired(shared.clock.now(), SWEEP_ITEMS_PER_TICK);
+        shared
+            .store
+            .sweep_expired(shared.clock.now(), SWEEP_ITEMS_PER_TICK);
     }
 }
 
@@ -362,7 +370,8 @@ impl Worker {
             let mut drained = false;
             let mut eof = false;
             let mut read_any = false;
-            while !client.conn.output_blocked() && client.conn.buffered() < client.conn.read_limit() {
+            while !client.conn.output_blocked() && client.conn.buffered() < client.conn.read_limit()
+            {
                 let space = client.conn.read_space();
                 let want = space.len();
                 match client.stream.read(space) {
@@ -481,7 +490,9 @@ impl Worker {
             if let Some(client) = self.clients[idx].as_mut() {
                 if !client.conn.output().is_empty() {
                     let out = client.conn.output();
-                    let _ = client.stream.write_all_blocking(out, SHUTDOWN_WRITE_TIMEOUT);
+                    let _ = client
+                        .stream
+                        .write_all_blocking(out, SHUTDOWN_WRITE_TIMEOUT);
                 }
             }
             self.close(idx);

@@ -74,7 +74,10 @@ counters!(
 #[inline]
 pub fn bump(counter: &AtomicU64, by: u64) {
     // Single writer: a plain read-modify-write without a lock prefix.
-    counter.store(counter.load(Ordering::Relaxed).wrapping_add(by), Ordering::Relaxed);
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
 }
 
 /// All workers' counters plus the `stats reset` baseline.

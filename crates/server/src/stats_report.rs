@@ -50,10 +50,16 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.str("rusage_user", &user);
     o.str("rusage_system", &system);
     o.num("max_connections", settings.max_connections);
-    o.num("curr_connections", shared.curr_connections.load(Ordering::Relaxed));
+    o.num(
+        "curr_connections",
+        shared.curr_connections.load(Ordering::Relaxed),
+    );
     o.num("total_connections", c.total_connections);
     o.num("rejected_connections", c.rejected_connections);
-    o.num("connection_structures", shared.curr_connections.load(Ordering::Relaxed));
+    o.num(
+        "connection_structures",
+        shared.curr_connections.load(Ordering::Relaxed),
+    );
     o.num("cmd_get", c.cmd_get);
     o.num("cmd_set", c.cmd_set);
     o.num("cmd_flush", c.cmd_flush);

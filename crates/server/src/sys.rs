@@ -78,7 +78,9 @@ pub fn drop_privileges(user: &str) -> io::Result<()> {
     // static storage that we read before any other passwd call.
     let pw = unsafe { libc::getpwnam(name.as_ptr()) };
     if pw.is_null() {
-        return Err(io::Error::other(format!("can't find the user {user} to switch to")));
+        return Err(io::Error::other(format!(
+            "can't find the user {user} to switch to"
+        )));
     }
     // SAFETY: `pw` was checked non-null and points to a valid passwd struct.
     let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
@@ -90,21 +92,6 @@ pub fn drop_privileges(user: &str) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rusage_is_formatted_like_memcached() {
-        let (user, system) = rusage_self();
-        for v in [user, system] {
-            let (secs, micros) = v.split_once('.').unwrap();
-            assert!(secs.parse::<u64>().is_ok());
-            assert_eq!(micros.len(), 6);
-        }
-    }
 }
 
 /// Pin the calling thread to one CPU (`--pin`).
@@ -204,4 +191,19 @@ pub fn attach_reuseport_cpu_steering(fd: i32, workers: u32) -> io::Result<()> {
 #[must_use]
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rusage_is_formatted_like_memcached() {
+        let (user, system) = rusage_self();
+        for v in [user, system] {
+            let (secs, micros) = v.split_once('.').unwrap();
+            assert!(secs.parse::<u64>().is_ok());
+            assert_eq!(micros.len(), 6);
+        }
+    }
 }

@@ -51,9 +51,13 @@ pub fn bind_udp(addr: SocketAddr) -> Result<UdpSocket> {
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
-    socket
-        .bind(&addr.into())
-        .with_context(|| format!("failed to listen on UDP port {} of {}", addr.port(), addr.ip()))?;
+    socket.bind(&addr.into()).with_context(|| {
+        format!(
+            "failed to listen on UDP port {} of {}",
+            addr.port(),
+            addr.ip()
+        )
+    })?;
     Ok(UdpSocket::from_std(socket.into()))
 }
 
@@ -157,7 +161,10 @@ fn send_message(
     peer: SocketAddr,
     exec: &Exec<'_>,
 ) {
-    let total = message.len().div_ceil(UDP_DATA_BYTES).min(usize::from(u16::MAX)) as u16;
+    let total = message
+        .len()
+        .div_ceil(UDP_DATA_BYTES)
+        .min(usize::from(u16::MAX)) as u16;
     let mut chunks = message.chunks(UDP_DATA_BYTES);
     let mut seq: u16 = 0;
     loop {

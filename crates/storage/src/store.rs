@@ -351,7 +351,11 @@ impl Store {
             return (refused, 0);
         }
         let cas = self.publish(r, entry, stats);
-        let mut mark = if extra.key_binary { item::MARK_KEY_BINARY } else { 0 };
+        let mut mark = if extra.key_binary {
+            item::MARK_KEY_BINARY
+        } else {
+            0
+        };
         let stale = match (mode, live) {
             (StoreMode::Cas(want), Some(old)) if want != old.cas => Some(old),
             _ => None,
@@ -833,7 +837,12 @@ impl Store {
 
     /// Stamp a fresh CAS id on the written reservation `r` and point `entry` at it.
     /// Runs under the shard lock; returns the CAS id.
-    pub(crate) fn publish(&self, r: Reservation, entry: Entry<'_, u64>, stats: &mut ShardStats) -> u64 {
+    pub(crate) fn publish(
+        &self,
+        r: Reservation,
+        entry: Entry<'_, u64>,
+        stats: &mut ShardStats,
+    ) -> u64 {
         let cas = self.next_cas();
         // SAFETY: `r` is still unpublished and ours (rule 1); only its header window.
         let w = unsafe {
@@ -934,6 +943,17 @@ impl Lookup<std::convert::Infallible> {
             Lookup::Flushed => Lookup::Flushed,
         }
     }
+}
+
+/// memcached stores an item whose total size exceeds its `slab_chunk_max`
+/// (512 KiB by default) in chunks, and refuses incr/decr on a chunked item as
+/// non-numeric whatever its digits. The total is memcached's: a 48-byte
+/// header, the key and its NUL, 4 bytes of flags when non-zero, the value and
+/// its `\r\n`, and the 8-byte cas.
+fn memcached_would_chunk(key_len: usize, has_flags: bool, value_len: usize) -> bool {
+    const MEMCACHED_SLAB_CHUNK_MAX_BYTES: usize = 512 * 1024;
+    let total = 48 + key_len + 1 + if has_flags { 4 } else { 0 } + value_len + 2 + 8;
+    total > MEMCACHED_SLAB_CHUNK_MAX_BYTES
 }
 
 #[cfg(test)]
@@ -1347,15 +1367,4 @@ mod tests {
         assert_eq!(s.shards.len(), 128);
         assert_eq!(s.stats().segments_used, 0, "segments are allocated lazily");
     }
-}
-
-/// memcached stores an item whose total size exceeds its `slab_chunk_max`
-/// (512 KiB by default) in chunks, and refuses incr/decr on a chunked item as
-/// non-numeric whatever its digits. The total is memcached's: a 48-byte
-/// header, the key and its NUL, 4 bytes of flags when non-zero, the value and
-/// its `\r\n`, and the 8-byte cas.
-fn memcached_would_chunk(key_len: usize, has_flags: bool, value_len: usize) -> bool {
-    const MEMCACHED_SLAB_CHUNK_MAX_BYTES: usize = 512 * 1024;
-    let total = 48 + key_len + 1 + if has_flags { 4 } else { 0 } + value_len + 2 + 8;
-    total > MEMCACHED_SLAB_CHUNK_MAX_BYTES
 }
