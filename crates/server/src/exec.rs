@@ -307,7 +307,7 @@ impl Exec<'_> {
             }
             if !discard && keys.has_more() {
                 if let Some(ends) = self.message_ends {
-                    ends.borrow_mut().push((out.len(), true));
+                    ends.borrow_mut().push((out.len(), false));
                 }
                 if out.len() >= pause_at {
                     if keys.clone().any(|k| k.len() > MAX_KEY_LEN) {

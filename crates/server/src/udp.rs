@@ -21,11 +21,13 @@
 //! spoofed traffic. That is why it is off unless `-U` names a port.
 
 use std::cell::RefCell;
-use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use mio::net::UdpSocket;
+use mmsg::{RecvBatch, SendBatch, MAX_BATCH};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::conn::Conn;
@@ -61,13 +63,25 @@ pub fn bind_udp(addr: SocketAddr) -> Result<UdpSocket> {
     Ok(UdpSocket::from_std(socket.into()))
 }
 
+/// Datagrams received per `recvmmsg`.
+const RECV_BATCH: usize = 32;
+/// Queued reply bytes that trigger a `sendmmsg` before the receive batch is done.
+const SEND_FLUSH_BYTES: usize = 256 * 1024;
+/// How long a full socket send buffer may hold up the worker, per wait.
+const SEND_STALL: Duration = Duration::from_millis(5);
+
 /// One worker's UDP endpoint and its reusable buffers.
+///
+/// Datagrams are received in batches ([`RecvBatch`], one `recvmmsg` for up to
+/// 32) and the replies to a whole batch leave together ([`SendBatch`], one
+/// `sendmmsg` for up to 64 datagrams), so under load the kernel is entered
+/// twice per batch instead of twice per request.
 pub struct UdpEndpoint {
     pub socket: UdpSocket,
-    recv_buf: Vec<u8>,
+    inbox: RecvBatch,
+    outbox: SendBatch,
     conn: Conn,
     message_ends: RefCell<Vec<(usize, bool)>>,
-    datagram: Vec<u8>,
 }
 
 impl UdpEndpoint {
@@ -75,92 +89,132 @@ impl UdpEndpoint {
     pub fn new(socket: UdpSocket) -> Self {
         UdpEndpoint {
             socket,
-            recv_buf: vec![0; UDP_MAX_REQUEST_BYTES],
+            inbox: RecvBatch::new(RECV_BATCH, UDP_MAX_REQUEST_BYTES),
+            outbox: SendBatch::new(),
             conn: Conn::new(),
             message_ends: RefCell::new(Vec::new()),
-            datagram: Vec::with_capacity(UDP_MAX_DATAGRAM_BYTES),
         }
     }
 
     /// Serve every datagram waiting on the socket.
     pub fn serve(&mut self, exec: &Exec<'_>) {
+        let fd = self.socket.as_raw_fd();
         loop {
-            let (n, peer) = match self.socket.recv_from(&mut self.recv_buf) {
-                Ok(r) => r,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return,
+            let n = match self.inbox.recv(fd) {
+                Ok(n) => n,
+                // WouldBlock: drained. Anything else (a pending ICMP error,
+                // say) is no reason to stop serving; the next event retries.
+                Err(_) => break,
             };
-            bump(&exec.stats.bytes_read, n as u64);
-            if n < UDP_HEADER_BYTES {
-                continue;
-            }
-            let header = &self.recv_buf[..UDP_HEADER_BYTES];
-            let request_id = [header[0], header[1]];
-            if header[4] != 0 || header[5] != 1 {
-                // Multi-datagram requests are not supported (as memcached).
-                continue;
-            }
-            self.answer(exec, n, request_id, peer);
-        }
-    }
-
-    fn answer(&mut self, exec: &Exec<'_>, n: usize, request_id: [u8; 2], peer: SocketAddr) {
-        self.conn.reset();
-        self.message_ends.borrow_mut().clear();
-        let payload = &self.recv_buf[UDP_HEADER_BYTES..n];
-        let space = self.conn.read_space();
-        let take = payload.len().min(space.len());
-        space[..take].copy_from_slice(&payload[..take]);
-        self.conn.filled(take);
-        let udp_exec = Exec {
-            shared: exec.shared,
-            stats: exec.stats,
-            message_ends: Some(&self.message_ends),
-        };
-        loop {
-            // Whatever the request asks of the connection (quit, close), a UDP
-            // endpoint stays open: only the replies matter.
-            let _ = self.conn.process(&udp_exec);
-            let output = self.conn.output();
-            let mut start = 0;
-            for &(end, send_empty) in self.message_ends.borrow().iter() {
-                let end = end.min(output.len());
-                if end < start {
+            for i in 0..n {
+                let Some(datagram) = self.inbox.get(i) else {
+                    break;
+                };
+                bump(&exec.stats.bytes_read, datagram.data.len() as u64);
+                let (Some(peer), false) = (datagram.peer, datagram.truncated) else {
+                    continue;
+                };
+                let data = datagram.data;
+                if data.len() < UDP_HEADER_BYTES {
                     continue;
                 }
-                if end > start || send_empty {
-                    send_message(
-                        &self.socket,
-                        &mut self.datagram,
-                        request_id,
-                        &output[start..end],
-                        peer,
-                        exec,
-                    );
+                let request_id = [data[0], data[1]];
+                if data[4] != 0 || data[5] != 1 {
+                    // Multi-datagram requests are not supported (as memcached).
+                    continue;
                 }
-                start = end;
+                answer(
+                    &mut self.conn,
+                    &self.message_ends,
+                    &mut self.outbox,
+                    fd,
+                    exec,
+                    &data[UDP_HEADER_BYTES..],
+                    request_id,
+                    peer,
+                );
             }
-            let written = output.len();
-            self.conn.written(written);
-            self.message_ends.borrow_mut().clear();
-            // A multi-get too large for one output buffer continues here.
-            if !self.conn.has_paused_get() {
-                return;
+            flush(&mut self.outbox, fd, exec);
+            if n < self.inbox.capacity() {
+                // The queue was empty when the kernel returned: with
+                // edge-triggered polling a later datagram wakes us again.
+                break;
             }
         }
     }
 }
 
-/// Send one reply message as datagrams of at most 1400 bytes.
-fn send_message(
-    socket: &UdpSocket,
-    datagram: &mut Vec<u8>,
-    request_id: [u8; 2],
-    message: &[u8],
-    peer: SocketAddr,
+/// Run one request datagram's payload and queue its reply datagrams.
+#[allow(clippy::too_many_arguments)]
+fn answer(
+    conn: &mut Conn,
+    message_ends: &RefCell<Vec<(usize, bool)>>,
+    outbox: &mut SendBatch,
+    fd: RawFd,
     exec: &Exec<'_>,
+    payload: &[u8],
+    request_id: [u8; 2],
+    peer: SocketAddr,
 ) {
+    conn.reset();
+    message_ends.borrow_mut().clear();
+    let mut payload = payload;
+    let udp_exec = Exec {
+        shared: exec.shared,
+        stats: exec.stats,
+        message_ends: Some(message_ends),
+    };
+    loop {
+        // The payload goes in as the connection's read buffer takes it, as
+        // if it had arrived over TCP in pieces.
+        if !payload.is_empty() {
+            let space = conn.read_space();
+            let take = payload.len().min(space.len());
+            space[..take].copy_from_slice(&payload[..take]);
+            conn.filled(take);
+            payload = &payload[take..];
+        }
+        // Whatever the request asks of the connection (quit, close), a UDP
+        // endpoint stays open: only the replies matter.
+        let _ = conn.process(&udp_exec);
+        let output = conn.output();
+        let mut start = 0;
+        for &(end, send_empty) in message_ends.borrow().iter() {
+            let end = end.min(output.len());
+            if end < start {
+                continue;
+            }
+            if end > start || send_empty {
+                queue_message(outbox, request_id, &output[start..end], peer);
+                if outbox.len() >= MAX_BATCH || outbox.bytes() >= SEND_FLUSH_BYTES {
+                    flush(outbox, fd, exec);
+                }
+            }
+            start = end;
+        }
+        let written = output.len();
+        conn.written(written);
+        message_ends.borrow_mut().clear();
+        // A multi-get too large for one output buffer continues here, and
+        // so does a payload larger than one read.
+        if !conn.has_paused_get() && payload.is_empty() {
+            return;
+        }
+    }
+}
+
+/// Send what is queued, counting the bytes the kernel took.
+fn flush(outbox: &mut SendBatch, fd: RawFd, exec: &Exec<'_>) {
+    if outbox.is_empty() {
+        return;
+    }
+    let done = outbox.flush(fd, SEND_STALL);
+    bump(&exec.stats.bytes_written, done.bytes as u64);
+}
+
+/// Queue one reply message as datagrams of at most 1400 bytes, each with the
+/// frame header: request id, sequence number, datagram count, zero.
+fn queue_message(outbox: &mut SendBatch, request_id: [u8; 2], message: &[u8], peer: SocketAddr) {
     let total = message
         .len()
         .div_ceil(UDP_DATA_BYTES)
@@ -169,15 +223,10 @@ fn send_message(
     let mut seq: u16 = 0;
     loop {
         let chunk = chunks.next().unwrap_or(&[]);
-        datagram.clear();
-        datagram.extend_from_slice(&request_id);
-        datagram.extend_from_slice(&seq.to_be_bytes());
-        datagram.extend_from_slice(&total.to_be_bytes());
-        datagram.extend_from_slice(&[0, 0]);
-        datagram.extend_from_slice(chunk);
-        if let Ok(sent) = socket.send_to(datagram, peer) {
-            bump(&exec.stats.bytes_written, sent as u64);
-        }
+        let [s0, s1] = seq.to_be_bytes();
+        let [t0, t1] = total.to_be_bytes();
+        let header = [request_id[0], request_id[1], s0, s1, t0, t1, 0, 0];
+        outbox.push(&[&header, chunk], Some(peer));
         seq = seq.wrapping_add(1);
         if seq >= total {
             break;

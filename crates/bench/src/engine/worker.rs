@@ -585,6 +585,18 @@ impl<'a> Worker<'a> {
     fn conn_error(&self, server: usize, e: io::Error) -> anyhow::Error {
         self.shared.abort.store(true, Ordering::Relaxed);
         let s = &self.cfg.servers[server];
+        if matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+        ) {
+            // A server that closes with requests still unread resets the
+            // connection instead of ending it: the same event for the user.
+            return anyhow!(
+                "server {} ({}) closed the connection mid-run ({e})",
+                s.name,
+                s.addr
+            );
+        }
         anyhow!("connection to {} ({}) failed mid-run: {e}", s.name, s.addr)
     }
 
