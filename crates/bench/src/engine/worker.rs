@@ -17,11 +17,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use mio::{Events, Interest, Poll, Token};
+use mmsg::{RecvBatch, SendBatch};
 use protocol::client::{ReplyBuffer, UdpHeader, UDP_HEADER_BYTES};
 
 use super::alarm::Alarm;
@@ -36,6 +38,11 @@ use crate::workload::{write_key, OpGen, OpKind, MAX_KEY_BYTES};
 
 /// Bytes asked of each TCP read.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Largest request datagram ferrobench sends (memcached reads at most 64 KiB).
+const UDP_MAX_REQUEST_BYTES: usize = 65536;
+/// Room per reply datagram; memcached and ferrocache send at most 1400 bytes,
+/// and a longer one is counted as lost.
+const UDP_REPLY_SLOT_BYTES: usize = 2048;
 /// The poll token of the open loop's alarm (connections use their index).
 const ALARM: Token = Token(usize::MAX);
 /// Open loop: the alarm fires this long before an arrival and the worker
@@ -111,6 +118,9 @@ enum LinkState {
         socket: mio::net::UdpSocket,
         next_id: u16,
         partial: HashMap<u16, Partial>,
+        /// Request datagrams composed this wake-up, sent together by one
+        /// `sendmmsg` (as many as the pipeline depth allows).
+        outbox: SendBatch,
     },
 }
 
@@ -161,7 +171,8 @@ pub struct Worker<'a> {
     key_servers: Vec<usize>,
     keybuf: [u8; MAX_KEY_BYTES],
     valbuf: Vec<u8>,
-    dgram: Vec<u8>,
+    /// UDP replies, up to 32 per `recvmmsg`.
+    inbox: RecvBatch,
     schedule: Option<Schedule>,
     /// Open loop: wakes the poll at the next intended send time.
     alarm: Option<Alarm>,
@@ -209,6 +220,7 @@ impl<'a> Worker<'a> {
                             socket,
                             next_id: 0,
                             partial: HashMap::new(),
+                            outbox: SendBatch::new(),
                         }
                     }
                 };
@@ -266,7 +278,7 @@ impl<'a> Worker<'a> {
             key_servers: Vec::new(),
             keybuf: [0; MAX_KEY_BYTES],
             valbuf: Vec::new(),
-            dgram: vec![0; 65536],
+            inbox: RecvBatch::new(32, UDP_REPLY_SLOT_BYTES),
             schedule: setup.schedule,
             alarm,
             quota: setup.quota,
@@ -472,9 +484,7 @@ impl<'a> Worker<'a> {
                 hits: 0,
                 corrupt: 0,
             });
-            if matches!(self.conns[ci].link, LinkState::Tcp { .. }) {
-                self.mark_dirty(ci);
-            }
+            self.mark_dirty(ci);
         }
     }
 
@@ -511,13 +521,14 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// UDP: sends what `compose_part` just wrote as one datagram and returns
-    /// its request id; TCP: nothing to do yet (`u16::MAX` is never used as
-    /// an id, so it flags TCP).
+    /// UDP: queues what `compose_part` just wrote as one datagram (sent
+    /// with the rest of this wake-up's by `flush_dirty`) and returns its
+    /// request id; TCP: nothing to do yet (`u16::MAX` is never used as an
+    /// id, so it flags TCP).
     fn send_udp(&mut self, ci: usize, now: u64) -> u16 {
         let conn = &mut self.conns[ci];
         let LinkState::Udp {
-            socket, next_id, ..
+            next_id, outbox, ..
         } = &mut conn.link
         else {
             return u16::MAX;
@@ -530,13 +541,8 @@ impl<'a> Worker<'a> {
             total: 1,
         }
         .encode();
-        self.dgram[..UDP_HEADER_BYTES].copy_from_slice(&header);
-        let len = UDP_HEADER_BYTES + conn.out.len();
-        if len <= self.dgram.len() {
-            self.dgram[UDP_HEADER_BYTES..len].copy_from_slice(&conn.out);
-            // A full socket buffer drops the datagram, as the network would;
-            // the request then times out and counts as lost.
-            let _ = socket.send(&self.dgram[..len]);
+        if UDP_HEADER_BYTES + conn.out.len() <= UDP_MAX_REQUEST_BYTES {
+            outbox.push(&[&header, &conn.out], None);
         }
         conn.out.clear();
         conn.sent_ns.push_back(now);
@@ -557,11 +563,17 @@ impl<'a> Worker<'a> {
             let server = self.conns[ci].server;
             let conn = &mut self.conns[ci];
             conn.dirty = false;
-            let LinkState::Tcp {
-                stream, written, ..
-            } = &mut conn.link
-            else {
-                continue;
+            let (stream, written) = match &mut conn.link {
+                LinkState::Tcp {
+                    stream, written, ..
+                } => (stream, written),
+                LinkState::Udp { socket, outbox, .. } => {
+                    // A full socket buffer drops what does not fit, as the
+                    // network would; those requests time out and count as
+                    // lost.
+                    outbox.flush(socket.as_raw_fd(), Duration::ZERO);
+                    continue;
+                }
             };
             while *written < conn.out.len() {
                 match stream.write(&conn.out[*written..]) {
@@ -697,42 +709,60 @@ impl<'a> Worker<'a> {
     fn on_udp_readable(&mut self, ci: usize, now: u64) -> anyhow::Result<()> {
         let server = self.conns[ci].server;
         loop {
-            let LinkState::Udp {
-                socket, partial, ..
-            } = &mut self.conns[ci].link
-            else {
+            let LinkState::Udp { socket, .. } = &self.conns[ci].link else {
                 unreachable!("UDP link");
             };
-            let n = match socket.recv(&mut self.dgram) {
+            // Up to 32 reply datagrams per recvmmsg.
+            let received = match self.inbox.recv(socket.as_raw_fd()) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(self.conn_error(server, e)),
             };
-            let Some(h) = UdpHeader::decode(&self.dgram[..n]) else {
-                continue;
-            };
-            let payload = &self.dgram[UDP_HEADER_BYTES..n];
-            let message: Vec<u8> = if h.total == 1 {
-                payload.to_vec()
-            } else {
-                let p = partial.entry(h.request_id).or_insert_with(|| Partial {
-                    total: h.total,
-                    chunks: vec![None; usize::from(h.total)],
-                });
-                if p.total != h.total {
-                    continue;
-                }
-                p.chunks[usize::from(h.seq)] = Some(payload.to_vec());
-                if p.chunks.iter().any(Option::is_none) {
-                    continue;
-                }
-                let p = partial.remove(&h.request_id).expect("present");
-                p.chunks.into_iter().flatten().flatten().collect()
-            };
-            self.complete_udp(ci, h.request_id, &message, now)?;
+            for i in 0..received {
+                self.on_udp_datagram(ci, i, now)?;
+            }
+            if received < self.inbox.capacity() {
+                // Drained when the kernel returned; edge-triggered polling
+                // wakes us for anything newer.
+                break;
+            }
         }
         Ok(())
+    }
+
+    /// UDP: the `i`th datagram of the last receive on connection `ci`.
+    fn on_udp_datagram(&mut self, ci: usize, i: usize, now: u64) -> anyhow::Result<()> {
+        let Some(datagram) = self.inbox.get(i) else {
+            return Ok(());
+        };
+        if datagram.truncated {
+            return Ok(());
+        }
+        let Some(h) = UdpHeader::decode(datagram.data) else {
+            return Ok(());
+        };
+        let payload = &datagram.data[UDP_HEADER_BYTES..];
+        let message: Vec<u8> = if h.total == 1 {
+            payload.to_vec()
+        } else {
+            let LinkState::Udp { partial, .. } = &mut self.conns[ci].link else {
+                unreachable!("UDP link");
+            };
+            let p = partial.entry(h.request_id).or_insert_with(|| Partial {
+                total: h.total,
+                chunks: vec![None; usize::from(h.total)],
+            });
+            if p.total != h.total || h.seq >= h.total {
+                return Ok(());
+            }
+            p.chunks[usize::from(h.seq)] = Some(payload.to_vec());
+            if p.chunks.iter().any(Option::is_none) {
+                return Ok(());
+            }
+            let p = partial.remove(&h.request_id).expect("present");
+            p.chunks.into_iter().flatten().flatten().collect()
+        };
+        self.complete_udp(ci, h.request_id, &message, now)
     }
 
     /// UDP: applies one reassembled message to the request it answers.
