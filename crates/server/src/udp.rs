@@ -99,13 +99,9 @@ impl UdpEndpoint {
     /// Serve every datagram waiting on the socket.
     pub fn serve(&mut self, exec: &Exec<'_>) {
         let fd = self.socket.as_raw_fd();
-        loop {
-            let n = match self.inbox.recv(fd) {
-                Ok(n) => n,
-                // WouldBlock: drained. Anything else (a pending ICMP error,
-                // say) is no reason to stop serving; the next event retries.
-                Err(_) => break,
-            };
+        // Until WouldBlock: drained. Any other error (a pending ICMP error,
+        // say) is no reason to stop serving; the next event retries.
+        while let Ok(n) = self.inbox.recv(fd) {
             for i in 0..n {
                 let Some(datagram) = self.inbox.get(i) else {
                     break;
