@@ -7,6 +7,12 @@
 //!   requests.
 //! - [`compose_parse`] (`compose.rs`): requests composed by `protocol::client`
 //!   parse back, with `protocol::text`, to the same fields.
+//! - [`meta_parse`] (`meta.rs`): the meta protocol: the framing loop over meta
+//!   lines (an `ms` consumes `len + 2` data bytes), `parse_meta` on every line
+//!   as each of `mg ms md ma me`, and memcached's base64 for binary keys.
+//! - [`binary_parse`] (`binary.rs`): `Header::parse` and `frame_packet` walking
+//!   arbitrary bytes packet by packet, and packets written by the fuzz bytes'
+//!   recipe framing back, whole or cut.
 //! - [`store_model`] (`model.rs`): a `HashMap` model kept beside a small
 //!   `storage::Store`; a hit must equal the last write, a miss is allowed.
 //!
@@ -15,12 +21,16 @@
 //! plain `main` otherwise; `tests/corpus.rs` replays `corpus/<target>/` on
 //! stable in `cargo test`, so every committed entry is a regression test.
 
+mod binary;
 mod compose;
 mod input;
+mod meta;
 mod model;
 mod text;
 
+pub use binary::binary_parse;
 pub use compose::compose_parse;
+pub use meta::meta_parse;
 pub use model::store_model;
 pub use text::{conn_chunks, text_parse};
 

@@ -48,6 +48,16 @@ fn store_model_corpus() {
     replay("store_model", fuzz_checks::store_model);
 }
 
+#[test]
+fn meta_parse_corpus() {
+    replay("meta_parse", fuzz_checks::meta_parse);
+}
+
+#[test]
+fn binary_parse_corpus() {
+    replay("binary_parse", fuzz_checks::binary_parse);
+}
+
 /// A line far past memcached's 2048-byte limit, fed whole and in pieces: the
 /// pieces close the connection, the whole does not, and that is allowed.
 #[test]
