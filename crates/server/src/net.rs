@@ -28,9 +28,16 @@ pub enum Stream {
     Unix(UnixStream),
 }
 
-/// Bind a TCP listener with `SO_REUSEPORT` (one per worker and address).
-pub fn bind_tcp(addr: SocketAddr, backlog: i32) -> Result<TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+/// A non-blocking socket bound to `addr` with `SO_REUSEPORT`, so that every
+/// worker binds its own and the kernel spreads the load; IPv6 sockets are
+/// IPv6-only, so `-l` can name both families on one port.
+pub fn bind_reuseport(
+    addr: SocketAddr,
+    ty: Type,
+    protocol: Protocol,
+    name: &str,
+) -> Result<Socket> {
+    let socket = Socket::new(Domain::for_address(addr), ty, Some(protocol))?;
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }
@@ -39,11 +46,17 @@ pub fn bind_tcp(addr: SocketAddr, backlog: i32) -> Result<TcpListener> {
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into()).with_context(|| {
         format!(
-            "failed to listen on TCP port {} of {}",
+            "failed to listen on {name} port {} of {}",
             addr.port(),
             addr.ip()
         )
     })?;
+    Ok(socket)
+}
+
+/// Bind a TCP listener with `SO_REUSEPORT` (one per worker and address).
+pub fn bind_tcp(addr: SocketAddr, backlog: i32) -> Result<TcpListener> {
+    let socket = bind_reuseport(addr, Type::STREAM, Protocol::TCP, "TCP")?;
     socket.listen(backlog)?;
     Ok(TcpListener::from_std(socket.into()))
 }

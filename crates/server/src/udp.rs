@@ -25,10 +25,10 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use mio::net::UdpSocket;
 use mmsg::{RecvBatch, SendBatch, MAX_BATCH};
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Protocol, Type};
 
 use crate::conn::Conn;
 use crate::exec::Exec;
@@ -46,20 +46,7 @@ const UDP_MAX_REQUEST_BYTES: usize = 65536;
 /// Bind one UDP socket for a worker, with `SO_REUSEPORT` so that every worker
 /// has its own and the kernel spreads datagrams by source address.
 pub fn bind_udp(addr: SocketAddr) -> Result<UdpSocket> {
-    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into()).with_context(|| {
-        format!(
-            "failed to listen on UDP port {} of {}",
-            addr.port(),
-            addr.ip()
-        )
-    })?;
+    let socket = crate::net::bind_reuseport(addr, Type::DGRAM, Protocol::UDP, "UDP")?;
     Ok(UdpSocket::from_std(socket.into()))
 }
 
