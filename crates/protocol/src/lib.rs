@@ -4,7 +4,11 @@
 //! - [`text`]: server side of the text protocol. Frames and parses request
 //!   lines in place (token offsets into the caller's buffer, no copies) and
 //!   names every memcached error reply.
+//! - [`fast`]: fast paths for the commonest lines (a one-key `get`, a plain
+//!   `set`), which give exactly what the general parser would, or decline.
 //! - [`meta`]: server side of the meta protocol (`mg ms md ma me`).
+//! - [`reply`]: server side reply composition for the hot path (`VALUE`
+//!   lines, numbers written in place).
 //! - [`binary`]: the binary protocol's header and opcodes.
 //! - [`client`]: client side. Composes requests and parses replies; used by
 //!   ferrobench and by tests.
@@ -14,5 +18,7 @@
 
 pub mod binary;
 pub mod client;
+pub mod fast;
 pub mod meta;
+pub mod reply;
 pub mod text;

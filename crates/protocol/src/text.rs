@@ -171,17 +171,43 @@ impl<'a> Tokens<'a> {
 pub struct Keys<'a> {
     line: &'a [u8],
     pos: usize,
+    /// `line[pos..]` is known to be exactly one key (the framer saw it).
+    single: bool,
 }
 
 impl<'a> Keys<'a> {
     fn new(line: &'a [u8], pos: usize) -> Self {
-        Keys { line, pos }
+        Keys {
+            line,
+            pos,
+            single: false,
+        }
     }
 
     /// Resume iterating `line` at byte `pos` (from [`Keys::position`]).
     #[must_use]
     pub fn resume(line: &'a [u8], pos: usize) -> Self {
-        Keys { line, pos }
+        Self::new(line, pos)
+    }
+
+    /// The one key `line[pos..]`, already delimited by the caller (no space
+    /// in it, nothing after it), so it is not scanned again.
+    #[must_use]
+    pub fn single(line: &'a [u8], pos: usize) -> Self {
+        debug_assert!(pos < line.len() && !line[pos..].contains(&b' '));
+        Keys {
+            line,
+            pos,
+            single: true,
+        }
+    }
+
+    /// The key of a [`Keys::single`] not yet taken.
+    #[inline]
+    #[must_use]
+    pub fn single_key(&self) -> Option<&'a [u8]> {
+        self.single
+            .then(|| &self.line[self.pos.min(self.line.len())..])
     }
 
     /// Where the next key search starts, to resume later.
@@ -202,8 +228,15 @@ impl<'a> Keys<'a> {
 impl<'a> Iterator for Keys<'a> {
     type Item = &'a [u8];
 
+    #[inline(always)]
     fn next(&mut self) -> Option<&'a [u8]> {
         let line = self.line;
+        if self.single {
+            self.single = false;
+            let key = &line[self.pos.min(line.len())..];
+            self.pos = line.len();
+            return Some(key);
+        }
         while self.pos < line.len() && line[self.pos] == b' ' {
             self.pos += 1;
         }
@@ -211,7 +244,8 @@ impl<'a> Iterator for Keys<'a> {
             return None;
         }
         let start = self.pos;
-        let end = memchr(b' ', &line[start..]).map_or(line.len(), |i| start + i);
+        // Keys are short: a word-at-a-time scan beats a `memchr` call here.
+        let end = crate::fast::find_byte_or_end(line, start, b' ');
         self.pos = end;
         Some(&line[start..end])
     }

@@ -14,6 +14,7 @@
 //! ```
 
 use protocol::binary::REQUEST_MAGIC;
+use protocol::fast::parse_fast;
 use protocol::text::{
     frame_line, parse_request, GetCommand, Keys, LineFrame, Request, MAX_GET_LINE_BYTES,
 };
@@ -147,6 +148,7 @@ impl Conn {
     }
 
     /// Free space to read socket bytes into; call [`Conn::filled`] after.
+    #[inline]
     pub fn read_space(&mut self) -> &mut [u8] {
         if self.rpos == self.rlen {
             self.rpos = 0;
@@ -170,6 +172,7 @@ impl Conn {
     }
 
     /// Record that `n` bytes were read into [`Conn::read_space`].
+    #[inline]
     pub fn filled(&mut self, n: usize) {
         self.rlen += n;
         debug_assert!(self.rlen <= self.rbuf.len());
@@ -177,12 +180,14 @@ impl Conn {
 
     /// Whether unparsed input is waiting (for example after backpressure).
     #[must_use]
+    #[inline]
     pub fn has_input(&self) -> bool {
         self.rpos < self.rlen
     }
 
     /// Whether a multi-get is paused waiting for its output to drain.
     #[must_use]
+    #[inline]
     pub fn has_paused_get(&self) -> bool {
         self.paused_get.is_some()
     }
@@ -190,18 +195,21 @@ impl Conn {
     /// How much unparsed input to hold before reading stops until some of it
     /// is executed.
     #[must_use]
+    #[inline]
     pub fn read_limit(&self) -> usize {
         self.need.max(READ_AHEAD_BYTES)
     }
 
     /// Unparsed input bytes held.
     #[must_use]
+    #[inline]
     pub fn buffered(&self) -> usize {
         self.rlen - self.rpos
     }
 
     /// Whether processing stopped because too much output is queued.
     #[must_use]
+    #[inline]
     pub fn output_blocked(&self) -> bool {
         self.wbuf.len() - self.wpos >= OUTPUT_HIGH_WATER_BYTES
     }
@@ -209,17 +217,20 @@ impl Conn {
     /// Whether the last [`Conn::process`] left complete requests unexecuted
     /// because of backed-up output, and the output has since drained.
     #[must_use]
+    #[inline]
     pub fn stalled_on_output(&self) -> bool {
         self.stalled && !self.output_blocked()
     }
 
     /// Replies waiting to be written.
     #[must_use]
+    #[inline]
     pub fn output(&self) -> &[u8] {
         &self.wbuf[self.wpos..]
     }
 
     /// Record that `n` bytes of [`Conn::output`] were written.
+    #[inline]
     pub fn written(&mut self, n: usize) {
         self.wpos += n;
         if self.wpos == self.wbuf.len() {
@@ -229,8 +240,31 @@ impl Conn {
         }
     }
 
+    /// Move every reply waiting into `out` (cleared first), as
+    /// [`Conn::written`] of all of [`Conn::output`] would record. When none of
+    /// it was written yet the two buffers are swapped, so no byte is copied:
+    /// the io_uring backend hands `out` to the kernel and gives the previous
+    /// send buffer to the connection to compose into.
+    pub fn take_output(&mut self, out: &mut Vec<u8>) {
+        out.clear();
+        if self.wpos == 0 {
+            std::mem::swap(&mut self.wbuf, out);
+        } else {
+            out.extend_from_slice(&self.wbuf[self.wpos..]);
+            self.wbuf.clear();
+        }
+        self.wpos = 0;
+        self.flush_mark = 0;
+    }
+
     /// Give back memory after a burst (called when the connection is idle).
+    #[inline]
     pub fn shrink_idle(&mut self) {
+        if self.rbuf.len() <= IDLE_BUFFER_KEEP_BYTES
+            && self.wbuf.capacity() <= IDLE_BUFFER_KEEP_BYTES
+        {
+            return;
+        }
         if !self.has_input() && self.rbuf.len() > IDLE_BUFFER_KEEP_BYTES {
             self.rbuf = vec![0; READ_CHUNK_BYTES];
             self.rpos = 0;
@@ -284,6 +318,16 @@ impl Conn {
                         self.reqs_this_event = 0;
                         self.flush_mark = self.wbuf.len();
                     }
+                    if self.rpos == self.rlen
+                        && self.state == State::ReadLine
+                        && self.paused_get.is_none()
+                        && !self.output_blocked()
+                    {
+                        // All input consumed: what the next turn would find
+                        // (no request, so flush), without taking it.
+                        self.flush_mark = self.wbuf.len();
+                        return Status::Open;
+                    }
                 }
             }
         }
@@ -307,10 +351,10 @@ impl Conn {
             return self.after_get(paused, p.command, p.exptime, p.end, p.next);
         }
         let input = &self.rbuf[self.rpos..self.rlen];
+        let Some(&first) = input.first() else {
+            return false;
+        };
         if self.mode == Mode::Undecided {
-            let Some(&first) = input.first() else {
-                return false;
-            };
             self.mode = match exec.shared.settings.binding {
                 Binding::Auto if first == REQUEST_MAGIC => Mode::Binary,
                 Binding::Auto | Binding::Ascii => Mode::Text,
@@ -320,32 +364,41 @@ impl Conn {
         if self.mode == Mode::Binary {
             return self.step_binary(exec);
         }
-        let (end, next) = match frame_line(input) {
-            LineFrame::Line { end, next } => (end, next),
-            LineFrame::Incomplete => {
-                // A long unterminated line can only be a multi-get (framing
-                // closes anything else): keep reading up to the line cap.
-                self.need = if input.len() >= READ_AHEAD_BYTES {
-                    MAX_GET_LINE_BYTES + 1
-                } else {
-                    0
-                };
-                return false;
-            }
-            LineFrame::Close => {
-                self.state = State::Closed;
-                return false;
-            }
+        let (request, end, next) = match parse_fast(input) {
+            Some(fast) => fast,
+            None => match frame_line(input) {
+                LineFrame::Line { end, next } => (parse_request(&input[..end]), end, next),
+                LineFrame::Incomplete => {
+                    // A long unterminated line can only be a multi-get (framing
+                    // closes anything else): keep reading up to the line cap.
+                    self.need = if input.len() >= READ_AHEAD_BYTES {
+                        MAX_GET_LINE_BYTES + 1
+                    } else {
+                        0
+                    };
+                    return false;
+                }
+                LineFrame::Close => {
+                    self.state = State::Closed;
+                    return false;
+                }
+            },
         };
         self.need = 0;
-        let line = &input[..end];
-        let request = parse_request(line);
         if let Request::Get {
             command,
             exptime,
             keys,
         } = request
         {
+            if let Some(key) = keys.single_key() {
+                // One key already delimited by the framer: nothing to iterate,
+                // nothing to pause between.
+                if exec.get_one(command, key, &mut self.wbuf, &mut self.flush_mark) {
+                    self.rpos += next;
+                    return true;
+                }
+            }
             let pause_at = self.wpos + OUTPUT_HIGH_WATER_BYTES;
             let paused = exec.get(
                 command,

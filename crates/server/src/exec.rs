@@ -219,6 +219,44 @@ impl Exec<'_> {
         Flow::Continue
     }
 
+    /// `get`/`gets` of one key: [`Exec::get`] without the key iteration and
+    /// the pausing between keys. Returns false, having done nothing, when the
+    /// general path must run instead (a key too long, `--null-store`, a touch).
+    #[inline]
+    pub fn get_one(
+        &self,
+        command: GetCommand,
+        key: &[u8],
+        out: &mut Vec<u8>,
+        flush_mark: &mut usize,
+    ) -> bool {
+        if key.len() > MAX_KEY_LEN
+            || self.shared.settings.null_store.is_some()
+            || matches!(command, GetCommand::Gat | GetCommand::Gats)
+        {
+            return false;
+        }
+        let with_cas = command.returns_cas();
+        let now = self.shared.clock.now();
+        let lookup = self
+            .store()
+            .get(key, now, |item| compose_value(out, item, with_cas));
+        let mut tally = GetTally {
+            lookups: 1,
+            ..GetTally::default()
+        };
+        match lookup {
+            Lookup::Hit(()) => tally.hits = 1,
+            Lookup::Miss => {}
+            Lookup::Expired => tally.expired = 1,
+            Lookup::Flushed => tally.flushed = 1,
+        }
+        tally.add_to(self.stats, false);
+        out.extend_from_slice(b"END\r\n");
+        *flush_mark = out.len();
+        true
+    }
+
     /// Answer a retrieval command. Stops after a key once the output reaches
     /// `pause_at` bytes, returning where to resume, so that one multi-get of
     /// large values cannot grow the output buffer without bound; the caller
@@ -245,9 +283,12 @@ impl Exec<'_> {
         // lookups still run (for their touches and counters) but nothing is
         // written and nothing pauses.
         let mut discard = false;
+        // Counted here and added to the worker's counters once per command.
+        let mut tally = GetTally::default();
         while let Some(key) = keys.next() {
             if key.len() > MAX_KEY_LEN {
                 // memcached drops every reply not yet written, then errors.
+                tally.add_to(self.stats, touch);
                 out.truncate(*flush_mark);
                 if let Some(ends) = self.message_ends {
                     ends.borrow_mut().retain(|&(e, _)| e <= *flush_mark);
@@ -273,39 +314,16 @@ impl Exec<'_> {
             } else {
                 self.store().get(key, now, compose)
             };
-            if touch {
-                bump(&self.stats.cmd_touch, 1);
-            } else {
-                bump(&self.stats.cmd_get, 1);
-            }
+            tally.lookups += 1;
             match lookup {
-                Lookup::Hit(()) => {
-                    bump(
-                        if touch {
-                            &self.stats.touch_hits
-                        } else {
-                            &self.stats.get_hits
-                        },
-                        1,
-                    );
-                }
-                miss => {
-                    bump(
-                        if touch {
-                            &self.stats.touch_misses
-                        } else {
-                            &self.stats.get_misses
-                        },
-                        1,
-                    );
-                    match miss {
-                        Lookup::Expired => bump(&self.stats.get_expired, 1),
-                        Lookup::Flushed => bump(&self.stats.get_flushed, 1),
-                        _ => {}
-                    }
-                }
+                Lookup::Hit(()) => tally.hits += 1,
+                Lookup::Miss => {}
+                Lookup::Expired => tally.expired += 1,
+                Lookup::Flushed => tally.flushed += 1,
             }
-            if !discard && keys.has_more() {
+            // `has_more` scans the line, so ask only when the answer matters.
+            if !discard && (self.message_ends.is_some() || out.len() >= pause_at) && keys.has_more()
+            {
                 if let Some(ends) = self.message_ends {
                     ends.borrow_mut().push((out.len(), false));
                 }
@@ -313,11 +331,13 @@ impl Exec<'_> {
                     if keys.clone().any(|k| k.len() > MAX_KEY_LEN) {
                         discard = true;
                     } else {
+                        tally.add_to(self.stats, touch);
                         return Some(keys.position());
                     }
                 }
             }
         }
+        tally.add_to(self.stats, touch);
         out.extend_from_slice(b"END\r\n");
         *flush_mark = out.len();
         None
@@ -428,23 +448,42 @@ impl Exec<'_> {
     }
 }
 
-/// `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`, one copy of the data.
-fn compose_value(out: &mut Vec<u8>, item: ItemRef<'_>, with_cas: bool) {
-    let mut num = itoa::Buffer::new();
-    out.reserve(item.key.len() + item.value.len() + 64);
-    out.extend_from_slice(b"VALUE ");
-    out.extend_from_slice(item.key);
-    out.push(b' ');
-    out.extend_from_slice(num.format(item.flags).as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(num.format(item.value.len()).as_bytes());
-    if with_cas {
-        out.push(b' ');
-        out.extend_from_slice(num.format(item.cas).as_bytes());
+/// Lookups of one retrieval command, added to the worker's counters at once.
+#[derive(Default)]
+struct GetTally {
+    lookups: u64,
+    hits: u64,
+    expired: u64,
+    flushed: u64,
+}
+
+impl GetTally {
+    /// `cmd_get`/`get_hits`/`get_misses`, or the `touch` ones for `gat`/`gats`
+    /// (whose expired and flushed misses memcached still counts as `get_*`).
+    fn add_to(&self, stats: &WorkerStats, touch: bool) {
+        let misses = self.lookups - self.hits;
+        let (cmd, hits, missed) = if touch {
+            (&stats.cmd_touch, &stats.touch_hits, &stats.touch_misses)
+        } else {
+            (&stats.cmd_get, &stats.get_hits, &stats.get_misses)
+        };
+        bump(cmd, self.lookups);
+        bump(hits, self.hits);
+        bump(missed, misses);
+        if self.expired != 0 {
+            bump(&stats.get_expired, self.expired);
+        }
+        if self.flushed != 0 {
+            bump(&stats.get_flushed, self.flushed);
+        }
     }
-    out.extend_from_slice(CRLF);
-    out.extend_from_slice(item.value);
-    out.extend_from_slice(CRLF);
+}
+
+/// `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`, one copy of the data.
+#[inline(always)]
+fn compose_value(out: &mut Vec<u8>, item: ItemRef<'_>, with_cas: bool) {
+    let cas = with_cas.then_some(item.cas);
+    protocol::reply::compose_value(out, item.key, item.flags, item.value, cas);
 }
 
 #[cfg(test)]

@@ -35,22 +35,30 @@ pub(crate) fn unpack(entry: u64) -> (u32, u32) {
 /// Seeded 64-bit hash of a key: 8 bytes at a time, multiply-rotate, then a
 /// MurmurHash3 `fmix64` finaliser so that every output bit depends on every input bit
 /// (the shard uses high bits, hashbrown the low bits and the top 7).
-#[inline]
+///
+/// The last word overlaps the one before it rather than being padded, so no
+/// byte-by-byte copy (a `memcpy` call) is needed; the length is mixed in first, so
+/// keys of different lengths stay apart.
+#[inline(always)]
 pub(crate) fn hash_key(seed: u64, key: &[u8]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut h = seed ^ (key.len() as u64).wrapping_mul(K);
-    let mut chunks = key.chunks_exact(8);
-    for c in &mut chunks {
-        let w = u64::from_le_bytes(c.try_into().unwrap());
-        h = (h ^ w).wrapping_mul(K).rotate_left(31);
-    }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let mut buf = [0u8; 8];
-        buf[..rest.len()].copy_from_slice(rest);
-        h = (h ^ u64::from_le_bytes(buf))
-            .wrapping_mul(K)
-            .rotate_left(31);
+    let round = |h: u64, w: u64| (h ^ w).wrapping_mul(K).rotate_left(31);
+    let n = key.len();
+    let mut h = seed ^ (n as u64).wrapping_mul(K);
+    if n >= 8 {
+        let word = |i: usize| u64::from_le_bytes(key[i..i + 8].try_into().unwrap());
+        let mut i = 0;
+        while i + 8 < n {
+            h = round(h, word(i));
+            i += 8;
+        }
+        h = round(h, word(n - 8));
+    } else if n >= 4 {
+        let half = |i: usize| u64::from(u32::from_le_bytes(key[i..i + 4].try_into().unwrap()));
+        h = round(h, half(0) | half(n - 4) << 32);
+    } else if n > 0 {
+        let w = u64::from(key[0]) | u64::from(key[n / 2]) << 8 | u64::from(key[n - 1]) << 16;
+        h = round(h, w);
     }
     fmix64(h)
 }

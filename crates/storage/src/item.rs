@@ -90,9 +90,10 @@ pub(crate) struct Prefix {
 
 impl Prefix {
     /// Decode from at least [`PREFIX_BYTES`] bytes.
-    #[inline]
+    #[inline(always)]
     pub fn parse(b: &[u8]) -> Prefix {
-        let raw = read_u32(b, OFF_VLEN);
+        let b: &[u8; PREFIX_BYTES] = b[..PREFIX_BYTES].try_into().unwrap();
+        let raw = u32::from_le_bytes(b[OFF_VLEN..OFF_VLEN + 4].try_into().unwrap());
         Prefix {
             klen: b[OFF_KLEN] as usize,
             vlen: (raw & !HAS_FLAGS) as usize,
@@ -136,15 +137,18 @@ pub(crate) struct Header {
 
 impl Header {
     /// Decode the header at the start of `b` (which covers at least the header).
-    #[inline]
+    #[inline(always)]
     pub fn parse(b: &[u8]) -> Header {
         let prefix = Prefix::parse(b);
+        // One bounds check for the fixed header; the fields below are then at constant
+        // offsets into an array.
+        let f: &[u8; HEADER_BYTES] = b[..HEADER_BYTES].try_into().unwrap();
         Header {
             prefix,
-            mark: b[OFF_MARK],
-            exptime: read_u32(b, OFF_EXPTIME),
-            time: read_u32(b, OFF_TIME),
-            cas: u64::from_le_bytes(b[OFF_CAS..OFF_CAS + 8].try_into().unwrap()),
+            mark: f[OFF_MARK],
+            exptime: read_u32(f, OFF_EXPTIME),
+            time: read_u32(f, OFF_TIME),
+            cas: u64::from_le_bytes(f[OFF_CAS..OFF_CAS + 8].try_into().unwrap()),
             flags: if prefix.has_flags {
                 read_u32(b, OFF_FLAGS)
             } else {
@@ -174,18 +178,20 @@ impl NewItem {
 
     /// Write the header into `b` (the start of the reserved region) and return the key
     /// offset. The caller writes key and value after it.
-    #[inline]
+    #[inline(always)]
     pub fn write_header(&self, b: &mut [u8]) -> usize {
         debug_assert!(self.klen >= 1 && self.klen <= MAX_KEY_BYTES);
         debug_assert!(self.vlen <= MAX_VALUE_BYTES);
         let has_flags = self.flags != 0;
-        b[OFF_KLEN] = self.klen as u8;
+        // One bounds check for the fixed header, then constant offsets.
+        let f: &mut [u8; HEADER_BYTES] = (&mut b[..HEADER_BYTES]).try_into().unwrap();
+        f[OFF_KLEN] = self.klen as u8;
         let raw = self.vlen as u32 | if has_flags { HAS_FLAGS } else { 0 };
-        write_u32(b, OFF_VLEN, raw);
-        b[OFF_MARK] = 0;
-        write_u32(b, OFF_EXPTIME, self.exptime);
-        write_u32(b, OFF_TIME, self.time);
-        b[OFF_CAS..OFF_CAS + 8].copy_from_slice(&self.cas.to_le_bytes());
+        write_u32(f, OFF_VLEN, raw);
+        f[OFF_MARK] = 0;
+        write_u32(f, OFF_EXPTIME, self.exptime);
+        write_u32(f, OFF_TIME, self.time);
+        f[OFF_CAS..OFF_CAS + 8].copy_from_slice(&self.cas.to_le_bytes());
         if has_flags {
             write_u32(b, OFF_FLAGS, self.flags);
         }

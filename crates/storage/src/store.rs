@@ -225,23 +225,26 @@ impl Store {
         now: RelTime,
         f: impl FnOnce(ItemRef<'_>) -> R,
     ) -> Lookup<R> {
+        const MARKS: u8 = MARK_FETCHED | MARK_ACCESSED;
         let h = hash_key(self.seed, key);
         let mut shard = self.shard_for(h).lock();
-        let (e, hdr) = match self.do_find_live(&mut shard, h, key, now) {
+        let (e, hdr, mut bytes) = match self.do_find_live_record(&mut shard, h, key, now) {
             Ok(found) => found,
             Err(miss) => return miss.map_never(),
         };
-        {
-            // SAFETY: we hold the lock of the shard indexing `e` (rule 2), and the borrow
-            // covers only the mutable window; it ends before the shared borrow below.
+        // In steady state an item read before is marked already: then nothing is
+        // written, and the record found by the lookup is the one handed to `f`.
+        if hdr.mark & MARKS != MARKS || exptime.is_some() {
+            // SAFETY: we hold the lock of the shard indexing `e` (rule 2); `bytes` is not
+            // used again until it is re-borrowed below, after this mutable borrow ends.
             let w = unsafe { self.mut_window(e) };
-            item::set_mark(w, MARK_FETCHED | MARK_ACCESSED);
+            item::set_mark(w, MARKS);
             if let Some(t) = exptime {
                 item::set_exptime(w, t);
             }
+            // SAFETY: shard lock held (rule 2); nobody writes the item while we hold it.
+            bytes = unsafe { self.item_bytes(e) };
         }
-        // SAFETY: shard lock held (rule 2); nobody writes the item while we hold it.
-        let bytes = unsafe { self.item_bytes(e) };
         let result = f(item_ref(bytes, &hdr));
         drop(shard);
         Lookup::Hit(result)
@@ -325,32 +328,56 @@ impl Store {
             // SAFETY: the region is reserved for us and not yet published (rule 1).
             let b = unsafe { self.region(r) };
             let ko = new.write_header(b);
-            b[ko..ko + key.len()].copy_from_slice(key);
+            copy_key(&mut b[ko..ko + key.len()], key);
             b[ko + key.len()..].copy_from_slice(value);
         }
         let mut shard = slot.lock();
         let Shard { table, stats, .. } = &mut *shard;
-        let entry = table.entry(h, |&e| self.key_eq(e, key), |&e| self.hash_entry(e));
-        let live = match &entry {
-            Entry::Occupied(o) => {
-                let hd = self.header(*o.get());
-                (self.liveness(&hd, now) == Liveness::Live).then_some(hd)
+        // The existing item, if any, found through `iter_hash_mut` (generic, so the key
+        // comparison inlines; `entry` would call it through a `dyn FnMut`).
+        let mut found = None;
+        for slot in table.iter_hash_mut(h) {
+            if let Some(record) = self.record_if_key(*slot, key) {
+                let hd = Header::parse(record);
+                found = Some((slot, hd));
+                break;
             }
-            Entry::Vacant(_) => None,
-        };
+        }
+        let live = found
+            .as_ref()
+            .and_then(|(_, hd)| (self.liveness(hd, now) == Liveness::Live).then_some(*hd));
         let live_cas = live.map(|hd| hd.cas);
         if let Some(refused) = condition_ext(mode, live_cas, extra.invalidate) {
-            if let Entry::Occupied(o) = entry {
+            if let Some((slot, hd)) = found {
                 if live_cas.is_none() {
-                    let (old, _) = o.remove();
-                    self.unlinked(stats, old);
+                    let old = *slot;
+                    if let Ok(o) = table.find_entry(h, |&x| x == old) {
+                        o.remove();
+                        self.unlinked_len(stats, old, hd.prefix.total_len());
+                    }
                 }
             }
             drop(shard);
             self.abandon(r);
             return (refused, 0);
         }
-        let cas = self.publish(r, entry, stats);
+        let cas = self.next_cas();
+        let new_e = pack(r.seg, r.off);
+        {
+            // SAFETY: `r` is still unpublished and ours (rule 1); only its header window.
+            let w = unsafe { self.mut_window(new_e) };
+            item::set_cas(w, cas);
+        }
+        match found {
+            Some((slot, hd)) => {
+                let old = std::mem::replace(slot, new_e);
+                self.unlinked_len(stats, old, hd.prefix.total_len());
+            }
+            None => {
+                table.insert_unique(h, new_e, |&e| self.hash_entry(e));
+            }
+        }
+        self.published(stats, r);
         let mut mark = if extra.key_binary {
             item::MARK_KEY_BINARY
         } else {
@@ -734,7 +761,7 @@ impl Store {
         let p = Prefix::parse(unsafe { mem.bytes(off as usize, PREFIX_BYTES) });
         p.klen == key.len()
             // SAFETY: as above.
-            && unsafe { mem.bytes(off as usize + p.key_offset(), p.klen) } == key
+            && bytes_eq(unsafe { mem.bytes(off as usize + p.key_offset(), p.klen) }, key)
     }
 
     /// Hash of the key of indexed item `e`, for the table's rehash under the lock.
@@ -797,6 +824,68 @@ impl Store {
         }
     }
 
+    /// [`Store::do_find_live`] that also returns the whole record of the live item, read
+    /// once: the key comparison of the lookup borrows it, and the header is decoded
+    /// from the same borrow. The record is valid while the shard stays locked and
+    /// nothing writes the item; a caller that writes (through [`Store::mut_window`])
+    /// must not use it afterwards.
+    #[inline(always)]
+    pub(crate) fn do_find_live_record(
+        &self,
+        shard: &mut Shard,
+        h: u64,
+        key: &[u8],
+        now: RelTime,
+    ) -> Result<(u64, Header, &[u8]), Lookup<std::convert::Infallible>> {
+        let Shard { table, stats, .. } = shard;
+        // `iter_hash` is generic, so the key comparison inlines here; `find_entry` would
+        // call it through a `dyn FnMut` per candidate.
+        let mut found = None;
+        for &e in table.iter_hash(h) {
+            if let Some(record) = self.record_if_key(e, key) {
+                found = Some((e, record));
+                break;
+            }
+        }
+        let Some((e, record)) = found else {
+            return Err(Lookup::Miss);
+        };
+        let hdr = Header::parse(record);
+        match self.liveness(&hdr, now) {
+            Liveness::Live => Ok((e, hdr, record)),
+            gone => {
+                if let Ok(o) = table.find_entry(h, |&x| x == e) {
+                    o.remove();
+                    self.unlinked(stats, e);
+                }
+                Err(if gone == Liveness::Expired {
+                    Lookup::Expired
+                } else {
+                    Lookup::Flushed
+                })
+            }
+        }
+    }
+
+    /// The whole record of indexed item `e` if its key is `key`. Call only under the
+    /// shard lock of `e` (rule 2).
+    #[inline(always)]
+    fn record_if_key(&self, e: u64, key: &[u8]) -> Option<&[u8]> {
+        let (seg, off) = unpack(e);
+        let mem = self.mem(seg);
+        // SAFETY: prefix and key are immutable once published (rules 2 and 3), and `e`
+        // is in the index, so its segment is not being reused.
+        let p = Prefix::parse(unsafe { mem.bytes(off as usize, PREFIX_BYTES) });
+        if p.klen != key.len() {
+            return None;
+        }
+        // SAFETY: as above; the mutable header bytes are read only under the shard lock,
+        // which every caller holds.
+        let record = unsafe { mem.bytes(off as usize, p.total_len()) };
+        let ko = p.key_offset();
+        bytes_eq(&record[ko..ko + p.klen], key).then_some(record)
+    }
+
     /// Account for entry `e` having been removed from a locked shard.
     #[inline]
     pub(crate) fn unlinked(&self, stats: &mut ShardStats, e: u64) {
@@ -804,7 +893,15 @@ impl Store {
         // SAFETY: called right after `e` was removed, still under the shard lock, so the
         // item bytes are unchanged and its segment not reused (rule 2).
         let len = Prefix::parse(unsafe { self.mem(seg).bytes(unpack(e).1 as usize, PREFIX_BYTES) })
-            .total_len() as u64;
+            .total_len();
+        self.unlinked_len(stats, e, len);
+    }
+
+    /// [`Store::unlinked`] for an entry whose record length is already known.
+    #[inline]
+    pub(crate) fn unlinked_len(&self, stats: &mut ShardStats, e: u64, len: usize) {
+        let (seg, _) = unpack(e);
+        let len = len as u64;
         stats.curr_items -= 1;
         stats.bytes -= len;
         self.segments[seg as usize]
@@ -860,13 +957,19 @@ impl Store {
                 v.insert(new_e);
             }
         }
+        self.published(stats, r);
+        cas
+    }
+
+    /// Account for reservation `r` having been published in a locked shard.
+    #[inline]
+    fn published(&self, stats: &mut ShardStats, r: Reservation) {
         stats.curr_items += 1;
         stats.total_items += 1;
         stats.bytes += u64::from(r.len);
         self.segments[r.seg as usize]
             .live_bytes
             .fetch_add(u64::from(r.len), Ordering::Relaxed);
-        cas
     }
 }
 
@@ -919,8 +1022,47 @@ fn condition(mode: StoreMode, live_cas: Option<u64>) -> Option<StoreOutcome> {
     }
 }
 
+/// `dst.copy_from_slice(key)` without a call to `memcpy` for the usual key
+/// lengths (8 to 32 bytes): two overlapping fixed-size copies.
+#[inline(always)]
+fn copy_key(dst: &mut [u8], key: &[u8]) {
+    let n = key.len();
+    if n > 32 || n < 8 || dst.len() != n {
+        dst.copy_from_slice(key);
+    } else if n >= 16 {
+        dst[..16].copy_from_slice(&key[..16]);
+        dst[n - 16..].copy_from_slice(&key[n - 16..]);
+    } else {
+        dst[..8].copy_from_slice(&key[..8]);
+        dst[n - 8..].copy_from_slice(&key[n - 8..]);
+    }
+}
+
+/// Byte-slice equality without a call to `memcmp`: keys are short (20 to 50 bytes is
+/// typical), where the library call costs more than the comparison.
+#[inline(always)]
+pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return a == b;
+    }
+    let word = |s: &[u8], i: usize| u64::from_le_bytes(s[i..i + 8].try_into().unwrap());
+    let mut i = 0;
+    while i + 8 < n {
+        if word(a, i) != word(b, i) {
+            return false;
+        }
+        i += 8;
+    }
+    // The last 8 bytes, overlapping what was compared already.
+    word(a, n - 8) == word(b, n - 8)
+}
+
 /// The callback's view of an item.
-#[inline]
+#[inline(always)]
 fn item_ref<'a>(bytes: &'a [u8], hdr: &Header) -> ItemRef<'a> {
     let ko = hdr.prefix.key_offset();
     let vo = ko + hdr.prefix.klen;
@@ -961,6 +1103,30 @@ mod tests {
     use super::*;
 
     const NOW: RelTime = 100;
+
+    #[test]
+    fn copy_key_every_length() {
+        let src: Vec<u8> = (1..=60u8).collect();
+        for n in 0..=60 {
+            let mut dst = vec![0u8; n];
+            copy_key(&mut dst, &src[..n]);
+            assert_eq!(dst, &src[..n]);
+        }
+    }
+
+    #[test]
+    fn bytes_eq_matches_slice_equality() {
+        let a: Vec<u8> = (0..40u8).collect();
+        for n in 0..40 {
+            assert!(bytes_eq(&a[..n], &a[..n]));
+            assert!(!bytes_eq(&a[..n], &a[..n + 1]));
+            for flip in 0..n {
+                let mut b = a[..n].to_vec();
+                b[flip] ^= 0x80;
+                assert!(!bytes_eq(&a[..n], &b), "n={n} flip={flip}");
+            }
+        }
+    }
 
     fn store() -> Store {
         Store::builder().memory_limit(4 << 20).build().unwrap()

@@ -1,0 +1,356 @@
+//! Fast paths for the commonest request lines, ahead of the general framer and
+//! parser in [`crate::text`].
+//!
+//! ```text
+//!   g e t ␠ k e y : 0 0 0 1 \r \n        -> Get  { keys: "key:0001" }
+//!   s e t ␠ k e y ␠ 0 ␠ 0 ␠ 1 0 0 \r \n  -> Store { Set, "key", 0, 0, 100 }
+//!         └─ one scan, 8 bytes at a time, for the first byte <= ' ' ─┘
+//! ```
+//!
+//! [`parse_fast`] either returns exactly what [`frame_line`] followed by
+//! [`parse_request`] would, or `None`, and the caller takes the general path.
+//! It accepts only lines whose meaning is beyond doubt: the command at the
+//! very start, single spaces, a plain single-key `get`/`gets`, or a `set`
+//! whose numbers are 1 to 9 plain digits (no sign, so `strtol`'s quirks never
+//! apply), ending in `\r\n` or `\n`. Anything else (a NUL, a tab, `noreply`,
+//! a second key, a long line) declines.
+//!
+//! [`frame_line`]: crate::text::frame_line
+//! [`parse_request`]: crate::text::parse_request
+
+use crate::text::{GetCommand, Keys, Request, StoreCommand};
+
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+#[inline(always)]
+fn word(s: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(s[i..i + 8].try_into().unwrap())
+}
+
+/// Index of the first byte of `s[from..]` that is a space or an ASCII control
+/// byte (`<= b' '`), eight bytes at a time.
+///
+/// `(w - 0x21..) & !w & 0x80..` sets the high bit of every byte below 0x21;
+/// a borrow can only carry upwards from such a byte, so the lowest set bit
+/// is exact, and that is the only one read.
+#[inline(always)]
+#[must_use]
+pub fn find_delimiter(s: &[u8], from: usize) -> Option<usize> {
+    let hits = |w: u64| w.wrapping_sub(LO * 0x21) & !w & HI;
+    let mut i = from;
+    while i + 8 <= s.len() {
+        let m = hits(word(s, i));
+        if m != 0 {
+            return Some(i + (m.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    let left = s.len() - i.min(s.len());
+    if left == 0 {
+        return None;
+    }
+    if s.len() >= 8 {
+        // The last word, overlapping bytes already seen (they held no hit, so no
+        // borrow comes out of them): shift them out.
+        let m = hits(word(s, s.len() - 8)) >> (8 * (8 - left));
+        return (m != 0).then(|| i + (m.trailing_zeros() / 8) as usize);
+    }
+    s[i..].iter().position(|&b| b <= b' ').map(|p| i + p)
+}
+
+/// Index of the first `byte` in `s[from..]`, eight bytes at a time (short
+/// haystacks: a key in a multi-get line), `s.len()` when there is none.
+#[inline(always)]
+#[must_use]
+pub fn find_byte_or_end(s: &[u8], from: usize, byte: u8) -> usize {
+    let pattern = LO * u64::from(byte);
+    let hits = |w: u64| {
+        let x = w ^ pattern;
+        x.wrapping_sub(LO) & !x & HI
+    };
+    let mut i = from;
+    while i + 8 <= s.len() {
+        let m = hits(word(s, i));
+        if m != 0 {
+            return i + (m.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    let left = s.len() - i.min(s.len());
+    if left == 0 {
+        return s.len();
+    }
+    if s.len() >= 8 {
+        // As in `find_delimiter`: the last word, with the bytes already seen shifted out.
+        let m = hits(word(s, s.len() - 8)) >> (8 * (8 - left));
+        return if m != 0 {
+            i + (m.trailing_zeros() / 8) as usize
+        } else {
+            s.len()
+        };
+    }
+    s[i..]
+        .iter()
+        .position(|&b| b == byte)
+        .map_or(s.len(), |p| i + p)
+}
+
+/// A line terminator at `at`: `(end, next)` for `\r\n` or `\n`.
+#[inline(always)]
+fn line_end(input: &[u8], at: usize) -> Option<(usize, usize)> {
+    match input.get(at)? {
+        b'\n' => Some((at, at + 1)),
+        b'\r' if input.get(at + 1) == Some(&b'\n') => Some((at, at + 2)),
+        _ => None,
+    }
+}
+
+/// A plain number of 1 to 9 digits at `input[at..]`, ended by a byte
+/// `<= b' '`: its value and the index of that byte.
+#[inline(always)]
+fn small_number(input: &[u8], at: usize) -> Option<(u32, usize)> {
+    let mut v: u32 = 0;
+    let mut i = at;
+    loop {
+        let b = *input.get(i)?;
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            let n = i - at;
+            return (b <= b' ' && (1..=9).contains(&n)).then_some((v, i));
+        }
+        v = v * 10 + u32::from(d);
+        i += 1;
+        if i - at > 9 {
+            return None;
+        }
+    }
+}
+
+/// The request at the start of `input` and its `(end, next)` offsets, as
+/// [`crate::text::frame_line`] and [`crate::text::parse_request`] would give
+/// them, for the commonest shapes only; `None` means "use the general path".
+#[inline]
+#[must_use]
+pub fn parse_fast(input: &[u8]) -> Option<(Request<'_>, usize, usize)> {
+    let head = input.get(..4)?;
+    if head == b"get " || head == b"gets" {
+        let (command, key_at) = if head == b"get " {
+            (GetCommand::Get, 4)
+        } else if input.get(4) == Some(&b' ') {
+            (GetCommand::Gets, 5)
+        } else {
+            return None;
+        };
+        let key_end = find_delimiter(input, key_at)?;
+        if key_end == key_at {
+            return None;
+        }
+        let (end, next) = line_end(input, key_end)?;
+        let keys = Keys::single(&input[..end], key_at);
+        return Some((
+            Request::Get {
+                command,
+                exptime: 0,
+                keys,
+            },
+            end,
+            next,
+        ));
+    }
+    if head == b"set " {
+        let key_end = find_delimiter(input, 4)?;
+        if key_end == 4 || key_end - 4 > crate::text::MAX_KEY_LEN || input[key_end] != b' ' {
+            return None;
+        }
+        let (flags, at) = small_number(input, key_end + 1)?;
+        if input[at] != b' ' {
+            return None;
+        }
+        let (exptime, at) = small_number(input, at + 1)?;
+        if input[at] != b' ' {
+            return None;
+        }
+        let (len, at) = small_number(input, at + 1)?;
+        let (end, next) = line_end(input, at)?;
+        return Some((
+            Request::Store {
+                command: StoreCommand::Set,
+                key: &input[4..key_end],
+                flags,
+                exptime: exptime as i32,
+                len: len as usize,
+                cas: 0,
+                noreply: false,
+            },
+            end,
+            next,
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::text::{frame_line, parse_request, LineFrame};
+
+    /// What the general path makes of `input`, in a comparable form.
+    fn general(input: &[u8]) -> Option<String> {
+        let LineFrame::Line { end, next } = frame_line(input) else {
+            return None;
+        };
+        Some(describe(parse_request(&input[..end]), end, next))
+    }
+
+    fn describe(r: Request<'_>, end: usize, next: usize) -> String {
+        match r {
+            Request::Get {
+                command,
+                exptime,
+                keys,
+            } => {
+                let keys: Vec<String> = keys
+                    .map(|k| String::from_utf8_lossy(k).into_owned())
+                    .collect();
+                format!("Get {command:?} {exptime} {keys:?} {end} {next}")
+            }
+            other => format!("{other:?} {end} {next}"),
+        }
+    }
+
+    fn check(input: &[u8]) {
+        if let Some((r, end, next)) = parse_fast(input) {
+            assert_eq!(
+                Some(describe(r, end, next)),
+                general(input),
+                "{:?}",
+                String::from_utf8_lossy(input)
+            );
+        }
+    }
+
+    #[test]
+    fn takes_the_common_lines() {
+        for line in [
+            &b"get key:00000000000000000001\r\n"[..],
+            b"gets k\r\nget x\r\n",
+            b"get a\n",
+            b"set key:0001 0 0 100\r\nDATA",
+            b"set k 4294967 123456789 0\n",
+        ] {
+            assert!(parse_fast(line).is_some(), "{line:?}");
+            check(line);
+        }
+    }
+
+    #[test]
+    fn declines_anything_unusual() {
+        for line in [
+            &b"get a b\r\n"[..],
+            b"get  a\r\n",
+            b" get a\r\n",
+            b"get \r\n",
+            b"get a\0b\r\n",
+            b"get a\tb\r\n",
+            b"get a\rb\r\n",
+            b"get a",
+            b"gets\r\n",
+            b"getsa b\r\n",
+            b"set k 0 0 1 noreply\r\n",
+            b"set k 0 0 -1\r\n",
+            b"set k 0 0 +1\r\n",
+            b"set k 0 0 1234567890\r\n",
+            b"set k 0 0\r\n",
+            b"set k 00 0 1x\r\n",
+            b"set  k 0 0 1\r\n",
+            b"set k 0  0 1\r\n",
+            b"set k 0 0 1 \r\n",
+            b"set k 0 0 1",
+        ] {
+            assert!(
+                parse_fast(line).is_none(),
+                "{:?}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        let long_key = [b"set ".to_vec(), vec![b'k'; 251], b" 0 0 1\r\n".to_vec()].concat();
+        assert!(parse_fast(&long_key).is_none());
+    }
+
+    #[test]
+    fn agrees_with_the_general_path_on_random_lines() {
+        // Lines built from a small alphabet that hits every branch: command
+        // prefixes, spaces, digits, signs, CR, LF, NUL and tabs.
+        let atoms: [&[u8]; 14] = [
+            b"get ",
+            b"gets ",
+            b"set ",
+            b"k",
+            b"key:0001",
+            b" ",
+            b"0",
+            b"7",
+            b"123",
+            b"-",
+            b"\r",
+            b"\n",
+            b"\0",
+            b"\t",
+        ];
+        let mut seed: u64 = 0x1234_5678;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..200_000 {
+            let mut line = Vec::new();
+            let n = 1 + next() % 10;
+            for i in 0..n {
+                let a = next() as usize % atoms.len();
+                // Start with a command most of the time.
+                let a = if i == 0 && next() % 4 != 0 { a % 3 } else { a };
+                line.extend_from_slice(atoms[a]);
+            }
+            check(&line);
+        }
+    }
+
+    #[test]
+    fn finders_match_naive_scans() {
+        let text = b"abc def\tghi\r\njkl mnopqrstuvwxyz 0123456789\0end";
+        for len in 0..text.len() {
+            let text = &text[..len];
+            for from in 0..=len + 1 {
+                let rest = text.get(from..).unwrap_or(&[]);
+                let want = rest.iter().position(|&b| b <= b' ').map(|i| i + from);
+                assert_eq!(find_delimiter(text, from), want, "len {len} from {from}");
+                let want = rest
+                    .iter()
+                    .position(|&b| b == b' ')
+                    .map_or(len, |i| i + from);
+                assert_eq!(
+                    find_byte_or_end(text, from, b' '),
+                    want,
+                    "len {len} from {from}"
+                );
+            }
+        }
+        for from in 0..text.len() {
+            let want = text[from..]
+                .iter()
+                .position(|&b| b <= b' ')
+                .map(|i| i + from);
+            assert_eq!(find_delimiter(text, from), want, "from {from}");
+            let want = text[from..]
+                .iter()
+                .position(|&b| b == b' ')
+                .map_or(text.len(), |i| i + from);
+            assert_eq!(find_byte_or_end(text, from, b' '), want, "from {from}");
+        }
+        let high = [0xffu8, 0x80, 0xa0, b'x', 0x21, 0x7f, 0xc2, 0x20, 0x00];
+        assert_eq!(find_delimiter(&high, 0), Some(7));
+    }
+}
