@@ -120,6 +120,14 @@ struct Args {
     /// Busy-poll sockets for this many microseconds (SO_BUSY_POLL); 0 = off
     #[arg(long = "busy-poll-us", default_value_t = 0)]
     busy_poll_us: u32,
+    /// Socket I/O: epoll, io_uring (multishot accept and receive, batched
+    /// sends), or auto (the one measured cheaper here; see docs/operations.md)
+    #[arg(
+        long = "io-backend",
+        env = "FERROCACHE_IO_BACKEND",
+        default_value = "auto"
+    )]
+    io_backend: IoBackend,
     /// Benchmark floor: answer gets with a canned value and sets with STORED,
     /// without touching the store (measures the network path alone)
     #[arg(long = "null-store")]
@@ -186,6 +194,30 @@ pub enum Binding {
     Binary,
 }
 
+/// `--io-backend`: how worker threads drive their sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IoBackend {
+    /// Whichever the benchmarks found cheaper on this kind of kernel: epoll
+    /// (`docs/benchmarks.md`, "io_uring against epoll").
+    Auto,
+    /// One io_uring per worker; epoll when the kernel refuses it.
+    Uring,
+    /// One epoll instance per worker (mio).
+    Epoll,
+}
+
+impl IoBackend {
+    /// The name `--io-backend` and `stats settings` use.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            IoBackend::Auto => "auto",
+            IoBackend::Uring => "uring",
+            IoBackend::Epoll => "epoll",
+        }
+    }
+}
+
 /// The resolved settings every thread reads.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -222,6 +254,9 @@ pub struct Settings {
     pub pin: bool,
     /// `--busy-poll-us`: SO_BUSY_POLL on client sockets (0 = off).
     pub busy_poll_us: u32,
+    /// `--io-backend` as given; `main` replaces `auto` (and an unavailable
+    /// `uring`) with the backend actually used before any thread starts.
+    pub io_backend: IoBackend,
     /// `--null-store`: canned replies for get/set, for the benchmark floor.
     pub null_store: Option<Vec<u8>>,
     /// Every `-o` option as given, for `stats settings`.
@@ -342,6 +377,7 @@ impl Settings {
             sasl_pwdb,
             pin: a.pin,
             busy_poll_us: a.busy_poll_us,
+            io_backend: a.io_backend,
             null_store: a.null_store.then(|| vec![b'x'; a.null_value_bytes]),
             extended,
         })

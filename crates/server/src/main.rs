@@ -3,7 +3,8 @@
 //! A tour of the layout:
 //! - [`config`]: memcached's command-line flags and their defaults.
 //! - [`runtime`]: worker threads, each with its own epoll loop, listeners and
-//!   connections; the signal and maintenance threads.
+//!   connections; the signal and maintenance threads. [`uring`]: the same
+//!   worker on one io_uring (`--io-backend=uring`).
 //! - [`net`]: TCP and UNIX listeners and streams behind one type; [`udp`]:
 //!   memcached's UDP framing.
 //! - [`conn`]: a sans-I/O connection: bytes in, replies out.
@@ -27,6 +28,7 @@ mod stats;
 mod stats_report;
 mod sys;
 mod udp;
+mod uring;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
 use std::sync::Arc;
@@ -46,7 +48,12 @@ fn main() {
 }
 
 fn real_main() -> Result<()> {
-    let settings = Settings::from_args(std::env::args_os())?;
+    let mut settings = Settings::from_args(std::env::args_os())?;
+    let (backend, why_not) = uring::resolve(settings.io_backend);
+    if let Some(line) = why_not {
+        eprintln!("{line}");
+    }
+    settings.io_backend = backend;
     let store = storage::Store::builder()
         .memory_limit(settings.memory_limit_bytes)
         .item_size_max(settings.item_size_max_bytes)

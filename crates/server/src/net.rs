@@ -109,6 +109,22 @@ impl Listener {
     }
 }
 
+impl std::os::fd::AsFd for Listener {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Listener::Tcp(l) => l.as_fd(),
+            Listener::Unix(l) => l.as_fd(),
+        }
+    }
+}
+
+impl std::os::fd::AsRawFd for Listener {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsFd;
+        self.as_fd().as_raw_fd()
+    }
+}
+
 impl Stream {
     /// `--busy-poll-us` on this connection.
     pub fn set_busy_poll(&self, micros: u32) -> io::Result<()> {

@@ -11,6 +11,7 @@
 //! everything the socket has, lets [`Conn::process`] execute every complete
 //! request, and writes all replies with one `write`.
 
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
@@ -19,8 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
 
+use crate::config::IoBackend;
 use crate::conn::{Conn, Status};
 use crate::exec::{Exec, Shared};
 use crate::net::{bind_tcp, bind_unix, Listener, Stream};
@@ -31,8 +34,8 @@ const WAKER: Token = Token(usize::MAX);
 const LISTENER_BASE: usize = usize::MAX / 2;
 const UDP_BASE: usize = usize::MAX / 4;
 /// How long shutdown waits for a slow client to take its last replies.
-const SHUTDOWN_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
-const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
+pub(crate) const SHUTDOWN_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
 
 /// Ask the process to shut down cleanly (the `shutdown` command).
 pub fn request_shutdown() {
@@ -122,13 +125,15 @@ pub fn run(shared: Arc<Shared>, worker_stats: Vec<Arc<WorkerStats>>) -> Result<(
         crate::sys::drop_privileges(user).context("dropping privileges")?;
     }
 
+    let backend = shared.settings.io_backend;
     let mut wakers = Vec::new();
     let mut handles = Vec::new();
     for (id, ((listeners, udp), stats)) in per_worker.into_iter().zip(worker_stats).enumerate() {
-        let poll = Poll::new().context("creating epoll instance")?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        wakers.push(waker);
-        let mut worker = Worker::new(poll, listeners, udp, shared.clone(), stats)?;
+        let wake = Arc::new(File::from(
+            crate::sys::eventfd().context("creating a wake-up eventfd")?,
+        ));
+        wakers.push(wake.clone());
+        let shared = shared.clone();
         let pin = shared
             .settings
             .pin
@@ -142,7 +147,29 @@ pub fn run(shared: Arc<Shared>, worker_stats: Vec<Arc<WorkerStats>>) -> Result<(
                             eprintln!("ferrocache: cannot pin worker {id} to CPU {cpu}: {e}");
                         }
                     }
-                    worker.run()
+                    // The ring is created on the thread that uses it (it is
+                    // set up single-issuer).
+                    let (listeners, udp) = if backend == IoBackend::Uring {
+                        match crate::uring::UringWorker::new(
+                            listeners,
+                            udp,
+                            shared.clone(),
+                            stats.clone(),
+                            wake.clone(),
+                        ) {
+                            Ok(worker) => return worker.run(),
+                            Err((e, listeners, udp)) => {
+                                eprintln!("ferrocache: worker {id}: io_uring setup failed ({e}); this worker uses epoll");
+                                (listeners, udp)
+                            }
+                        }
+                    } else {
+                        (listeners, udp)
+                    };
+                    match Worker::new(listeners, udp, shared, stats, wake) {
+                        Ok(mut worker) => worker.run(),
+                        Err(e) => eprintln!("ferrocache: worker {id} cannot start: {e:#}"),
+                    }
                 })?,
         );
     }
@@ -160,13 +187,33 @@ pub fn run(shared: Arc<Shared>, worker_stats: Vec<Arc<WorkerStats>>) -> Result<(
     }
     shared.shutting_down.store(true, Ordering::SeqCst);
     for w in &wakers {
-        let _ = w.wake();
+        let _ = (&**w).write(&1u64.to_ne_bytes());
     }
     for h in handles {
         let _ = h.join();
     }
     let _ = maintenance.join();
     Ok(())
+}
+
+/// Count a new connection against `-c`. Over the limit it is refused with
+/// memcached's message (the caller then closes it).
+pub(crate) fn admit(shared: &Shared, stats: &WorkerStats) -> bool {
+    let max = shared.settings.max_connections;
+    let prev = shared.curr_connections.fetch_add(1, Ordering::Relaxed);
+    if prev >= max {
+        shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        bump(&stats.rejected_connections, 1);
+        return false;
+    }
+    bump(&stats.total_connections, 1);
+    true
+}
+
+/// Read the wake-up eventfd's counter back to zero.
+pub(crate) fn clear_wake(wake: &File) {
+    let mut counter = [0u8; 8];
+    let _ = (&*wake).read(&mut counter);
 }
 
 /// Once a second: advance the clock and reclaim some expired items.
@@ -208,16 +255,20 @@ struct Worker {
     again: Vec<usize>,
     shared: Arc<Shared>,
     stats: Arc<WorkerStats>,
+    wake: Arc<File>,
 }
 
 impl Worker {
     fn new(
-        poll: Poll,
         mut listeners: Vec<Listener>,
         mut udp: Vec<UdpEndpoint>,
         shared: Arc<Shared>,
         stats: Arc<WorkerStats>,
+        wake: Arc<File>,
     ) -> Result<Self> {
+        let poll = Poll::new().context("creating epoll instance")?;
+        poll.registry()
+            .register(&mut SourceFd(&wake.as_raw_fd()), WAKER, Interest::READABLE)?;
         for (i, l) in listeners.iter_mut().enumerate() {
             poll.registry()
                 .register(l, Token(LISTENER_BASE + i), Interest::READABLE)?;
@@ -235,6 +286,7 @@ impl Worker {
             again: Vec::new(),
             shared,
             stats,
+            wake,
         })
     }
 
@@ -263,7 +315,7 @@ impl Worker {
             }
             for event in events.iter() {
                 match event.token() {
-                    WAKER => {}
+                    WAKER => clear_wake(&self.wake),
                     Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
                     Token(t) if t >= UDP_BASE => self.serve_udp(t - UDP_BASE),
                     Token(idx) => self.drive(idx),
@@ -296,15 +348,10 @@ impl Worker {
                     return;
                 }
             };
-            let max = self.shared.settings.max_connections;
-            let prev = self.shared.curr_connections.fetch_add(1, Ordering::Relaxed);
-            if prev >= max {
-                self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+            if !admit(&self.shared, &self.stats) {
                 let _ = stream.write(TOO_MANY_CONNECTIONS);
-                bump(&self.stats.rejected_connections, 1);
                 continue;
             }
-            bump(&self.stats.total_connections, 1);
             if self.shared.settings.busy_poll_us > 0 {
                 if let Err(e) = stream.set_busy_poll(self.shared.settings.busy_poll_us) {
                     if self.shared.settings.verbose > 0 {

@@ -149,7 +149,7 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     o.yes_no("dump_enabled", s.dump_enabled);
     o.yes_no("watch_enabled", s.watch_enabled);
     o.num("idle_timeout", s.idle_timeout_secs);
-    o.str("io_backend", "epoll");
+    o.str("io_backend", s.io_backend.name());
     o.yes_no("null_store", s.null_store.is_some());
     o.yes_no("pin", s.pin);
     o.num("busy_poll_us", s.busy_poll_us);

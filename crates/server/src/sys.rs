@@ -109,6 +109,20 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// A non-blocking, close-on-exec eventfd: how the signal thread wakes a
+/// worker, whichever backend the worker polls with.
+pub fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd takes no pointers; a non-negative result is a new
+    // descriptor that nothing else owns.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above, `fd` is ours alone.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
 /// Set an integer socket option on a raw descriptor.
 fn set_int_option(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: the option value points to a live i32 of the stated size; the

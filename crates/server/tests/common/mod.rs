@@ -130,6 +130,17 @@ impl ServerProcess {
     /// Starts `kind` with memcached-style `args` (never `-p`/`-l`: this picks them) on
     /// 127.0.0.1 and a free port, and returns once it accepts connections. Panics on failure.
     pub fn start(kind: ServerKind, args: &[&str]) -> ServerProcess {
+        Self::start_with(kind, args, &[], None)
+    }
+
+    /// [`ServerProcess::start`] with extra environment variables, and standard error
+    /// appended to `stderr` (a file path) instead of discarded.
+    pub fn start_with(
+        kind: ServerKind,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stderr: Option<&std::path::Path>,
+    ) -> ServerProcess {
         let mut last_problem = String::new();
         for _ in 0..START_ATTEMPTS {
             let port = probably_free_port();
@@ -144,11 +155,22 @@ impl ServerProcess {
                 full_args.extend(["-u".into(), "root".into()]);
             }
             let mut command = Command::new(kind.program());
+            let err = match stderr {
+                Some(path) => Stdio::from(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                        .unwrap_or_else(|e| panic!("open {}: {e}", path.display())),
+                ),
+                None => Stdio::null(),
+            };
             command
                 .args(&full_args)
+                .envs(env.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::null());
+                .stderr(err);
             // SAFETY: the closure runs in the forked child before exec and only makes one
             // async-signal-safe system call (prctl); it touches no memory of the parent.
             unsafe {

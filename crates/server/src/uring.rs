@@ -1,0 +1,611 @@
+//! The io_uring backend (`--io-backend=uring`).
+//!
+//! Each worker owns one ring ([`ring::Ring`]) and the same listeners,
+//! UDP sockets and sans-I/O [`Conn`]s as an epoll worker. Per loop turn it
+//! makes one `io_uring_enter`, which submits everything queued and waits:
+//!
+//! ```text
+//!   listener ── multishot accept ──> new socket ──> multishot recv armed
+//!   socket   ── multishot recv (provided buffers) ──> copied into Conn
+//!   Conn::process ──> replies swapped into the connection's send buffer
+//!                 ──> one send in flight per connection, its buffer owned
+//!                     by the ring until the completion hands it back
+//!   UDP socket, wake-up eventfd ── multishot poll ──> served as with epoll
+//! ```
+//!
+//! Flow control matches the epoll worker's bounds. A connection whose
+//! unparsed input reaches [`Conn::read_limit`], or whose replies back up
+//! while a send is in flight, has its receive cancelled, and re-armed once
+//! it has drained; at most one send buffer plus the connection's own
+//! high-water mark of output is held.
+//!
+//! A connection is closed with `shutdown(2)` before its descriptor is
+//! released, because a multishot receive holds the socket open: a bare
+//! `close` would leave the peer without a FIN. Everything queued is
+//! submitted first, so no queued entry can name a descriptor number that
+//! another thread may reuse.
+
+use std::fs::File;
+use std::io;
+use std::net::Shutdown;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ring::{Config, Event, Ring};
+use socket2::SockRef;
+
+use crate::config::IoBackend;
+use crate::conn::{Conn, Status};
+use crate::exec::{Exec, Shared};
+use crate::net::Listener;
+use crate::runtime::{admit, clear_wake, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS};
+use crate::stats::{bump, WorkerStats};
+use crate::udp::UdpEndpoint;
+
+/// Test hook: when set, `--io-backend=uring` behaves as on a kernel that
+/// refuses io_uring, with the variable's value as the reason.
+const UNAVAILABLE_ENV: &str = "FERROCACHE_URING_UNAVAILABLE";
+
+/// Token spaces (56 bits): clients are `generation << 32 | slot`.
+const LISTENER_TOKEN: u64 = 1 << 54;
+const UDP_TOKEN: u64 = 1 << 53;
+const WAKE_TOKEN: u64 = 1 << 52;
+const SLOT_BITS: u32 = 32;
+const GENERATION_MASK: u32 = (1 << 20) - 1;
+
+/// How long a failed multishot accept (`EMFILE`, say) waits before it is
+/// submitted again, so that a full descriptor table does not spin the loop.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+/// Send buffers that grew past this (a big value) are shrunk when idle.
+const IDLE_SEND_BUFFER_KEEP_BYTES: usize = 64 * 1024;
+
+/// Which backend to run, given `--io-backend`, and the line to log when
+/// io_uring was asked for and cannot be had.
+///
+/// `auto` is epoll: on the kernels measured so far (docs/benchmarks.md,
+/// "io_uring against epoll") io_uring cost more server CPU per request on
+/// TCP, so it is used only when asked for.
+pub fn resolve(requested: IoBackend) -> (IoBackend, Option<String>) {
+    match requested {
+        IoBackend::Auto | IoBackend::Epoll => (IoBackend::Epoll, None),
+        IoBackend::Uring => {
+            let why = match std::env::var(UNAVAILABLE_ENV) {
+                Ok(reason) => Err(format!("{UNAVAILABLE_ENV} is set: {reason}")),
+                Err(_) => Ring::probe(),
+            };
+            match why {
+                Ok(()) => (IoBackend::Uring, None),
+                Err(why) => (
+                    IoBackend::Epoll,
+                    Some(format!(
+                        "ferrocache: io_uring unavailable ({why}); using epoll"
+                    )),
+                ),
+            }
+        }
+    }
+}
+
+/// A connection slot owned by one worker.
+struct Client {
+    fd: OwnedFd,
+    conn: Conn,
+    token: u64,
+    /// Server time of the last byte received, for `-o idle_timeout`.
+    last_active: u32,
+    /// A multishot receive is armed (its last completion not yet seen).
+    recv_armed: bool,
+    /// A cancellation of that receive has been queued.
+    cancelling: bool,
+    /// The send buffer when no send is in flight.
+    out: Option<Vec<u8>>,
+    /// Bytes of `out` already sent (a short send leaves a remainder).
+    out_sent: usize,
+    /// The peer ended its stream (or the socket failed).
+    eof: bool,
+    /// `quit`: close once the replies are written.
+    close_after_write: bool,
+    /// The socket failed; close at the next turn.
+    broken: bool,
+    /// Already in `dirty` for this turn.
+    queued: bool,
+}
+
+impl Client {
+    fn send_in_flight(&self) -> bool {
+        self.out.is_none()
+    }
+}
+
+pub struct UringWorker {
+    ring: Ring,
+    listeners: Vec<Listener>,
+    udp: Vec<UdpEndpoint>,
+    wake: Arc<File>,
+    clients: Vec<Option<Client>>,
+    /// Generation of each slot, bumped at every close so that completions
+    /// for a closed connection never reach the next one in the slot.
+    generations: Vec<u32>,
+    free: Vec<usize>,
+    /// Connections to drive after this turn's completions.
+    dirty: Vec<usize>,
+    /// Sockets accepted this turn, set up after the completions are read.
+    accepted: Vec<OwnedFd>,
+    /// Listeners whose multishot accept ended, and when to submit it again.
+    accept_retry: Vec<(usize, Instant)>,
+    /// Polls (UDP sockets, the wake-up eventfd) the kernel ended.
+    repoll: Vec<u64>,
+    shared: Arc<Shared>,
+    stats: Arc<WorkerStats>,
+    /// Shutting down: no more requests run, pending replies are sent.
+    draining: bool,
+}
+
+impl UringWorker {
+    /// Set up the ring on the calling thread. On failure the listeners and
+    /// sockets come back so that the caller can serve them with epoll.
+    #[allow(clippy::type_complexity)]
+    pub fn new(
+        listeners: Vec<Listener>,
+        udp: Vec<UdpEndpoint>,
+        shared: Arc<Shared>,
+        stats: Arc<WorkerStats>,
+        wake: Arc<File>,
+    ) -> Result<Self, (io::Error, Vec<Listener>, Vec<UdpEndpoint>)> {
+        let ring = match Ring::new(Config::default()) {
+            Ok(r) => r,
+            Err(e) => return Err((e, listeners, udp)),
+        };
+        Ok(UringWorker {
+            ring,
+            listeners,
+            udp,
+            wake,
+            clients: Vec::new(),
+            generations: Vec::new(),
+            free: Vec::new(),
+            dirty: Vec::new(),
+            accepted: Vec::new(),
+            accept_retry: Vec::new(),
+            repoll: Vec::new(),
+            shared,
+            stats,
+            draining: false,
+        })
+    }
+
+    pub fn run(mut self) {
+        if self.shared.settings.verbose > 1 {
+            eprintln!(
+                "ferrocache: io_uring worker ({})",
+                if self.ring.deferred_taskrun() {
+                    "single issuer, deferred task work"
+                } else {
+                    "task work runs on arrival"
+                }
+            );
+        }
+        for (i, l) in self.listeners.iter().enumerate() {
+            self.ring
+                .accept_multi(l.as_raw_fd(), LISTENER_TOKEN | i as u64);
+        }
+        for (i, u) in self.udp.iter().enumerate() {
+            self.ring
+                .poll_multi(u.socket.as_raw_fd(), UDP_TOKEN | i as u64);
+        }
+        self.ring.poll_multi(self.wake.as_raw_fd(), WAKE_TOKEN);
+        let idle_timeout = self.shared.settings.idle_timeout_secs;
+        let mut last_idle_scan = self.shared.clock.now();
+        loop {
+            let timeout = if !self.accept_retry.is_empty() {
+                Some(ACCEPT_RETRY)
+            } else if idle_timeout > 0 {
+                Some(Duration::from_secs(1))
+            } else {
+                None
+            };
+            if let Err(e) = self.ring.submit_and_wait(timeout) {
+                eprintln!("ferrocache: io_uring_enter failed: {e}");
+                return;
+            }
+            self.reap();
+            if self.shared.shutting_down.load(Ordering::Relaxed) {
+                self.shutdown();
+                return;
+            }
+            self.retry_accepts();
+            self.repoll();
+            self.setup_accepted();
+            self.drive_dirty();
+            if idle_timeout > 0 {
+                let now = self.shared.clock.now();
+                if now != last_idle_scan {
+                    last_idle_scan = now;
+                    self.close_idle(now, idle_timeout);
+                }
+            }
+        }
+    }
+
+    /// Handle every completion available.
+    fn reap(&mut self) {
+        let UringWorker {
+            ring,
+            udp,
+            wake,
+            clients,
+            generations,
+            dirty,
+            accepted,
+            accept_retry,
+            repoll,
+            shared,
+            stats,
+            ..
+        } = self;
+        let now = shared.clock.now();
+        ring.reap(|event| match event {
+            Event::Accepted {
+                token,
+                result,
+                more,
+            } => {
+                match result {
+                    Ok(fd) => accepted.push(fd),
+                    Err(e) => {
+                        // EMFILE and friends: memcached logs and keeps listening.
+                        if shared.settings.verbose > 0 {
+                            eprintln!("ferrocache: accept failed: {e}");
+                        }
+                    }
+                }
+                if !more {
+                    let i = (token & !LISTENER_TOKEN) as usize;
+                    accept_retry.push((i, Instant::now() + ACCEPT_RETRY));
+                }
+            }
+            Event::Received {
+                token,
+                result,
+                more,
+            } => {
+                let Some(idx) = lookup(generations, clients, token) else {
+                    return;
+                };
+                let Some(c) = clients[idx].as_mut() else {
+                    return;
+                };
+                match result {
+                    Ok([]) => c.eof = true,
+                    Ok(mut data) => {
+                        bump(&stats.bytes_read, data.len() as u64);
+                        c.last_active = now;
+                        while !data.is_empty() {
+                            let space = c.conn.read_space();
+                            let n = space.len().min(data.len());
+                            space[..n].copy_from_slice(&data[..n]);
+                            c.conn.filled(n);
+                            data = &data[n..];
+                        }
+                    }
+                    // Out of provided buffers, or our own cancellation: the
+                    // receive is armed again when the connection can take more.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::ECANCELED)) => {
+                    }
+                    Err(_) => c.eof = true,
+                }
+                if !more {
+                    c.recv_armed = false;
+                    c.cancelling = false;
+                }
+                mark(dirty, c, idx);
+            }
+            Event::Sent { token, result, buf } => {
+                let Some(idx) = lookup(generations, clients, token) else {
+                    return;
+                };
+                let Some(c) = clients[idx].as_mut() else {
+                    return;
+                };
+                match result {
+                    Ok(n) => {
+                        bump(&stats.bytes_written, n as u64);
+                        c.out_sent += n;
+                    }
+                    Err(_) => c.broken = true,
+                }
+                c.out = Some(buf);
+                mark(dirty, c, idx);
+            }
+            Event::Ready { token, more, .. } => {
+                if !more {
+                    // The kernel ended the poll (an error on the socket):
+                    // it is submitted again after this turn's completions.
+                    repoll.push(token);
+                }
+                if token == WAKE_TOKEN {
+                    clear_wake(wake);
+                } else if token & UDP_TOKEN != 0 {
+                    let exec = Exec {
+                        shared,
+                        stats,
+                        message_ends: None,
+                    };
+                    if let Some(u) = udp.get_mut((token & !UDP_TOKEN) as usize) {
+                        u.serve(&exec);
+                    }
+                }
+            }
+        });
+    }
+
+    fn retry_accepts(&mut self) {
+        if self.accept_retry.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let listeners = &self.listeners;
+        let ring = &mut self.ring;
+        self.accept_retry.retain(|&(i, at)| {
+            if at > now {
+                return true;
+            }
+            if let Some(l) = listeners.get(i) {
+                ring.accept_multi(l.as_raw_fd(), LISTENER_TOKEN | i as u64);
+            }
+            false
+        });
+    }
+
+    fn repoll(&mut self) {
+        for token in std::mem::take(&mut self.repoll) {
+            let fd = if token == WAKE_TOKEN {
+                self.wake.as_raw_fd()
+            } else {
+                match self.udp.get((token & !UDP_TOKEN) as usize) {
+                    Some(u) => u.socket.as_raw_fd(),
+                    None => continue,
+                }
+            };
+            self.ring.poll_multi(fd, token);
+        }
+    }
+
+    fn setup_accepted(&mut self) {
+        for fd in std::mem::take(&mut self.accepted) {
+            let sock = SockRef::from(&fd);
+            if !admit(&self.shared, &self.stats) {
+                let _ = sock.send(TOO_MANY_CONNECTIONS);
+                continue;
+            }
+            // Not a TCP socket with -s: nothing to do there.
+            let _ = sock.set_nodelay(true);
+            if self.shared.settings.busy_poll_us > 0 {
+                if let Err(e) =
+                    crate::sys::set_busy_poll(fd.as_raw_fd(), self.shared.settings.busy_poll_us)
+                {
+                    if self.shared.settings.verbose > 0 {
+                        eprintln!("ferrocache: SO_BUSY_POLL refused: {e}");
+                    }
+                }
+            }
+            let idx = self.free.pop().unwrap_or_else(|| {
+                self.clients.push(None);
+                self.generations.push(0);
+                self.clients.len() - 1
+            });
+            let token = u64::from(self.generations[idx]) << SLOT_BITS | idx as u64;
+            self.ring.recv_multi(fd.as_raw_fd(), token);
+            self.clients[idx] = Some(Client {
+                fd,
+                conn: Conn::new(),
+                token,
+                last_active: self.shared.clock.now(),
+                recv_armed: true,
+                cancelling: false,
+                out: Some(Vec::new()),
+                out_sent: 0,
+                eof: false,
+                close_after_write: false,
+                broken: false,
+                queued: false,
+            });
+        }
+    }
+
+    fn drive_dirty(&mut self) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for &idx in &dirty {
+            if let Some(c) = self.clients[idx].as_mut() {
+                c.queued = false;
+            }
+            self.drive(idx);
+        }
+        dirty.clear();
+        // Keep the allocation for the next turn.
+        if self.dirty.is_empty() {
+            self.dirty = dirty;
+        }
+    }
+
+    /// Run what the connection has received, send its replies, and adjust
+    /// its receive to how much it holds.
+    fn drive(&mut self, idx: usize) {
+        let exec = Exec {
+            shared: &self.shared,
+            stats: &self.stats,
+            message_ends: None,
+        };
+        let Some(c) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        if !drive_client(&mut self.ring, &exec, c, self.draining) {
+            self.close(idx);
+        }
+    }
+
+    fn close(&mut self, idx: usize) {
+        let Some(c) = self.clients[idx].take() else {
+            return;
+        };
+        // Entries already queued may name this descriptor: they go to the
+        // kernel before the number can be reused.
+        let _ = self.ring.submit();
+        // Ends the multishot receive (and any send) still holding the socket.
+        let _ = SockRef::from(&c.fd).shutdown(Shutdown::Both);
+        drop(c.fd);
+        self.generations[idx] = (self.generations[idx] + 1) & GENERATION_MASK;
+        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        self.free.push(idx);
+    }
+
+    fn close_idle(&mut self, now: u32, idle_timeout: u32) {
+        for idx in 0..self.clients.len() {
+            let idle = match &self.clients[idx] {
+                Some(c) => now.saturating_sub(c.last_active) > idle_timeout,
+                None => false,
+            };
+            if idle {
+                self.close(idx);
+            }
+        }
+    }
+
+    /// Stop accepting, send every client its pending replies (waiting at
+    /// most [`SHUTDOWN_WRITE_TIMEOUT`]), then close all.
+    fn shutdown(&mut self) {
+        self.draining = true;
+        for l in &self.listeners {
+            // Ends the multishot accept: no connection is taken from now on.
+            let _ = SockRef::from(l).shutdown(Shutdown::Both);
+        }
+        let deadline = Instant::now() + SHUTDOWN_WRITE_TIMEOUT;
+        loop {
+            for idx in 0..self.clients.len() {
+                self.drive(idx);
+            }
+            let pending = self.clients.iter().flatten().any(|c| {
+                c.send_in_flight()
+                    || !c.conn.output().is_empty()
+                    || c.out.as_ref().is_some_and(|o| c.out_sent < o.len())
+            });
+            if !pending || Instant::now() >= deadline {
+                break;
+            }
+            if self
+                .ring
+                .submit_and_wait(Some(Duration::from_millis(10)))
+                .is_err()
+            {
+                break;
+            }
+            self.reap();
+        }
+        for idx in 0..self.clients.len() {
+            self.close(idx);
+        }
+        // Sockets accepted in the last turn were never served.
+        self.accepted.clear();
+    }
+}
+
+/// [`UringWorker::drive`] for one connection; false when it must close.
+fn drive_client(ring: &mut Ring, exec: &Exec<'_>, c: &mut Client, draining: bool) -> bool {
+    if c.broken {
+        return false;
+    }
+    if let Some(out) = &c.out {
+        if c.out_sent < out.len() {
+            if c.eof {
+                // As the epoll worker: after end of stream, what the socket
+                // did not take is dropped.
+                return false;
+            }
+            // A short send: the rest goes first.
+            let out = c.out.take().expect("checked");
+            ring.send(c.fd.as_raw_fd(), c.token, out, c.out_sent);
+        }
+    }
+    if draining {
+        start_send(ring, c);
+    } else {
+        loop {
+            match c.conn.process(exec) {
+                Status::Close => return false,
+                Status::CloseAfterWrite => c.close_after_write = true,
+                Status::Open => {}
+            }
+            let moved = start_send(ring, c);
+            // Replies moved to the send buffer: requests held back by the
+            // output high-water mark can run now.
+            if !(moved && c.conn.stalled_on_output()) {
+                break;
+            }
+        }
+    }
+    let idle_output = !c.send_in_flight() && c.conn.output().is_empty();
+    if idle_output && (c.eof || c.close_after_write) {
+        return false;
+    }
+    if c.eof || c.close_after_write || draining {
+        return true;
+    }
+    let full = c.conn.buffered() >= c.conn.read_limit() || c.conn.output_blocked();
+    if full {
+        if c.recv_armed && !c.cancelling {
+            ring.cancel_recv(c.token);
+            c.cancelling = true;
+        }
+    } else if !c.recv_armed {
+        ring.recv_multi(c.fd.as_raw_fd(), c.token);
+        c.recv_armed = true;
+    }
+    if idle_output && !c.conn.has_input() {
+        c.conn.shrink_idle();
+        if let Some(out) = &mut c.out {
+            if out.capacity() > IDLE_SEND_BUFFER_KEEP_BYTES {
+                *out = Vec::new();
+            }
+        }
+    }
+    true
+}
+
+/// Move the connection's replies into its send buffer (a swap, not a copy)
+/// and send them, unless a send is already in flight. Returns whether
+/// replies were moved.
+fn start_send(ring: &mut Ring, c: &mut Client) -> bool {
+    if c.conn.output().is_empty() {
+        return false;
+    }
+    let Some(mut out) = c.out.take() else {
+        return false;
+    };
+    if c.out_sent < out.len() {
+        // The rest of a short send is still to go.
+        c.out = Some(out);
+        return false;
+    }
+    c.conn.take_output(&mut out);
+    c.out_sent = 0;
+    ring.send(c.fd.as_raw_fd(), c.token, out, 0);
+    true
+}
+
+fn mark(dirty: &mut Vec<usize>, c: &mut Client, idx: usize) {
+    if !c.queued {
+        c.queued = true;
+        dirty.push(idx);
+    }
+}
+
+fn lookup(generations: &[u32], clients: &[Option<Client>], token: u64) -> Option<usize> {
+    if token & (LISTENER_TOKEN | UDP_TOKEN | WAKE_TOKEN) != 0 {
+        return None;
+    }
+    let idx = (token & ((1 << SLOT_BITS) - 1)) as usize;
+    let generation = (token >> SLOT_BITS) as u32;
+    (generations.get(idx) == Some(&generation) && clients[idx].is_some()).then_some(idx)
+}
