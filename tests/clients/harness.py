@@ -1,9 +1,9 @@
 """Servers for the real-client tests: start ferrocache or memcached on a free port, wait
 until that process (and no other) listens, kill it by PID.
 
-The approach is test_pymemcache.py's, made reusable: extra server flags (`-S`, `-s`,
-`-I`), several servers per test, and a command line for scripts/test-clients, which
-starts the servers of its Go and Node clients itself:
+The pytest client tests start their servers here, mostly through conftest.py's `spawn`
+fixture: extra server flags (`-S`, `-s`, `-I`), several servers per test. A command line
+serves scripts/test-clients, which starts the servers of its Go, Node and Java clients:
 
     python3 tests/clients/harness.py free-port      # prints a port that was free
     python3 tests/clients/harness.py wait PID PORT  # exit 0 once PID alone listens on

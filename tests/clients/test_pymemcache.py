@@ -1,157 +1,19 @@
-"""pymemcache, a real memcached client, against ferrocache and against memcached.
-
-Every test runs on both servers (the fixture is parametrized), so an expectation that
-memcached does not meet is a bug in the test, not in ferrocache.
-
-The ferrocache binary is $FERROCACHE_BIN, or target/release/ferrocache under
-$CARGO_TARGET_DIR or the repository (scripts/test builds it first).
-"""
-
-import ctypes
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import time
-from pathlib import Path
+"""pymemcache, a real memcached client (text protocol), against ferrocache and
+memcached."""
 
 import pytest
-from pymemcache.client.base import Client
-from pymemcache.exceptions import MemcacheClientError
 
-REPO = Path(__file__).resolve().parents[2]
-STARTUP_TIMEOUT_S = 5.0
+from harness import require
 
-
-def ferrocache_bin():
-    if os.environ.get("FERROCACHE_BIN"):
-        return Path(os.environ["FERROCACHE_BIN"])
-    target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
-    if not target.is_absolute():
-        target = REPO / target
-    return target / "release" / "ferrocache"
-
-
-def server_command(kind):
-    if kind == "ferrocache":
-        path = ferrocache_bin()
-        if not path.is_file():
-            pytest.fail(f"{path} not found: run `cargo build --release` (scripts/test does)")
-        return [str(path)]
-    path = shutil.which("memcached")
-    if path is None:
-        pytest.fail("memcached not installed: run scripts/test, which installs it")
-    return [path]
-
-
-def _die_with_parent():
-    # PR_SET_PDEATHSIG: if pytest is killed, the server goes too.
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def _probably_free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _listening_inodes(port):
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) >= 10 and fields[3] == "0A":
-                if int(fields[1].rsplit(":", 1)[1], 16) == port:
-                    inodes.add(fields[9])
-    return inodes
-
-
-def _socket_inodes(pid):
-    inodes = set()
-    try:
-        fds = list(Path(f"/proc/{pid}/fd").iterdir())
-    except OSError:
-        return inodes
-    for fd in fds:
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    return inodes
-
-
-def _wait_ready(proc, port):
-    """True once `proc` alone listens on `port` and accepts; False if it exited."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        listeners = _listening_inodes(port)
-        if listeners and listeners <= _socket_inodes(proc.pid):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return True
-            except OSError:
-                pass
-        time.sleep(0.005)
-    raise TimeoutError(f"server did not accept on port {port} within {STARTUP_TIMEOUT_S} s")
-
-
-def start_server(kind):
-    """Starts `kind` on a free port; returns (process, port). Retries on a lost port race."""
-    base = server_command(kind)
-    for _ in range(20):
-        port = _probably_free_port()
-        args = base + ["-p", str(port), "-l", "127.0.0.1", "-U", "0", "-t", "2", "-m", "64"]
-        if os.geteuid() == 0:
-            args += ["-u", "root"]
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
-        )
-        try:
-            if _wait_ready(proc, port):
-                return proc, port
-        except BaseException:
-            stop_server(proc)
-            raise
-        stop_server(proc)
-    pytest.fail(f"could not start {kind} on a free port")
-
-
-def stop_server(proc):
-    """Kills by PID and reaps."""
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait(timeout=10)
-
-
-@pytest.fixture(params=["ferrocache", "memcached"])
-def server(request):
-    proc, port = start_server(request.param)
-    try:
-        yield port
-    finally:
-        stop_server(proc)
+require("pymemcache")
+from pymemcache.client.base import Client  # noqa: E402
+from pymemcache.exceptions import MemcacheClientError  # noqa: E402
 
 
 @pytest.fixture
-def mc(server):
+def mc(kind, spawn):
     client = Client(
-        ("127.0.0.1", server),
+        ("127.0.0.1", spawn(kind)),
         connect_timeout=5,
         timeout=5,
         default_noreply=False,
