@@ -28,6 +28,13 @@ fn word(s: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(s[i..i + 8].try_into().unwrap())
 }
 
+/// The low `bits` bits set (`bits` a multiple of 8 below 64).
+#[inline(always)]
+fn low_bytes(bits: usize) -> u64 {
+    debug_assert!(bits < 64);
+    (1u64 << bits) - 1
+}
+
 /// Index of the first byte of `s[from..]` that is a space or an ASCII control
 /// byte (`<= b' '`), eight bytes at a time.
 ///
@@ -51,9 +58,12 @@ pub fn find_delimiter(s: &[u8], from: usize) -> Option<usize> {
         return None;
     }
     if s.len() >= 8 {
-        // The last word, overlapping bytes already seen (they held no hit, so no
-        // borrow comes out of them): shift them out.
-        let m = hits(word(s, s.len() - 8)) >> (8 * (8 - left));
+        // The last word, overlapping bytes before `i`. Those may hold a hit (when
+        // `from` itself lies in the last word) whose borrow would fake a hit in
+        // the byte above it, so they are set to 0xff (never a hit, no borrow)
+        // and shifted out.
+        let skip = 8 * (8 - left);
+        let m = hits(word(s, s.len() - 8) | low_bytes(skip)) >> skip;
         return (m != 0).then(|| i + (m.trailing_zeros() / 8) as usize);
     }
     s[i..].iter().position(|&b| b <= b' ').map(|p| i + p)
@@ -82,8 +92,12 @@ pub fn find_byte_or_end(s: &[u8], from: usize, byte: u8) -> usize {
         return s.len();
     }
     if s.len() >= 8 {
-        // As in `find_delimiter`: the last word, with the bytes already seen shifted out.
-        let m = hits(word(s, s.len() - 8)) >> (8 * (8 - left));
+        // As in `find_delimiter`: the last word, with the bytes before `i` made
+        // harmless (0xff after the xor) and shifted out.
+        let skip = 8 * (8 - left);
+        let x = (word(s, s.len() - 8) ^ pattern) | low_bytes(skip);
+        let m = x.wrapping_sub(LO) & !x & HI;
+        let m = m >> skip;
         return if m != 0 {
             i + (m.trailing_zeros() / 8) as usize
         } else {
@@ -352,5 +366,45 @@ mod tests {
         }
         let high = [0xffu8, 0x80, 0xa0, b'x', 0x21, 0x7f, 0xc2, 0x20, 0x00];
         assert_eq!(find_delimiter(&high, 0), Some(7));
+        // A hit just before `from`, in the last word, followed by the byte one
+        // above the target: its borrow must not fake a hit (the fuzzer found
+        // `get = != ` giving an empty key).
+        let line = b"get = != ";
+        assert_eq!(find_byte_or_end(line, 6, b' '), 8);
+        assert_eq!(find_delimiter(line, 6), Some(8));
+    }
+
+    #[test]
+    fn finders_match_naive_scans_on_random_bytes() {
+        // Bytes around both targets (the target, one above, one below), so
+        // borrows between neighbouring bytes are exercised.
+        let alphabet = [b' ', b'!', 0x1f, 0x00, 0x01, b'\t', b'"', b'a', 0xff, 0x80, 0x21, 0x22];
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 25) as usize;
+            let text: Vec<u8> = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            for from in 0..=len {
+                let rest = &text[from..];
+                let want = rest.iter().position(|&b| b <= b' ').map(|i| i + from);
+                assert_eq!(find_delimiter(&text, from), want, "{text:?} from {from}");
+                let want = rest
+                    .iter()
+                    .position(|&b| b == b' ')
+                    .map_or(len, |i| i + from);
+                assert_eq!(
+                    find_byte_or_end(&text, from, b' '),
+                    want,
+                    "{text:?} from {from}"
+                );
+            }
+        }
     }
 }

@@ -611,4 +611,8 @@ const EDGE_CASES: &[&[u8]] = &[
     b"set a 0 0 1 noreply extra\r\nq\r\n",
     b"get a\nset a 0 0 1\nx\r\nget a\n",
     b"set a 0 0 1\r\nx\r\nget a\r\ndelete a\r\nget a\r\nincr a 1\r\n",
+    // Keys starting with `!` (one above the space) right after a space in the last
+    // eight bytes of a line: a key scan that let a borrow out of the space fake a
+    // match read an empty key and looped.
+    b"set != 0 0 1\r\nx\r\nget = !=\r\nget = != \r\ngets a !\r\ngat 4 A !\r\n",
 ];
