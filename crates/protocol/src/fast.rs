@@ -378,7 +378,9 @@ mod tests {
     fn finders_match_naive_scans_on_random_bytes() {
         // Bytes around both targets (the target, one above, one below), so
         // borrows between neighbouring bytes are exercised.
-        let alphabet = [b' ', b'!', 0x1f, 0x00, 0x01, b'\t', b'"', b'a', 0xff, 0x80, 0x21, 0x22];
+        let alphabet = [
+            b' ', b'!', 0x1f, 0x00, 0x01, b'\t', b'"', b'a', 0xff, 0x80, 0x21, 0x22,
+        ];
         let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut next = || {
             seed ^= seed << 13;

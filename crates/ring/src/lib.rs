@@ -694,7 +694,7 @@ mod tests {
     }
 
     fn entry(ring: &BufRing, index: usize) -> (u64, u32, u16) {
-        // SAFETY (test): index < count; no kernel shares this ring.
+        // SAFETY: (test) index < count; no kernel shares this ring.
         unsafe {
             let e = ring.entries.add(index);
             ((*e).addr, (*e).len, (*e).bid)
@@ -702,7 +702,7 @@ mod tests {
     }
 
     fn published_tail(ring: &BufRing) -> u16 {
-        // SAFETY (test): entry 0's resv is the tail, accessed atomically.
+        // SAFETY: (test) entry 0's resv is the tail, accessed atomically.
         unsafe { AtomicU16::from_ptr(ptr::addr_of_mut!((*ring.entries).resv)) }
             .load(Ordering::Acquire)
     }
@@ -752,7 +752,7 @@ mod tests {
     #[test]
     fn filled_views_the_named_buffer() {
         let ring = BufRing::new(4, 16);
-        // SAFETY (test): writing buffer 2 as the kernel would, before any
+        // SAFETY: (test) writing buffer 2 as the kernel would, before any
         // borrow of it exists.
         unsafe { ptr::copy_nonoverlapping(b"hello".as_ptr(), ring.mem.add(32), 5) };
         assert_eq!(ring.filled(2, 5), b"hello");
@@ -772,10 +772,7 @@ mod tests {
         let a = slots.insert(7, vec![1], 0);
         let b = slots.insert(8, vec![2, 3], 1);
         assert_eq!(slots.in_flight(), 2);
-        assert_eq!(
-            slots.remove(a).map(|(t, v, o)| (t, v, o)),
-            Some((7, vec![1], 0))
-        );
+        assert_eq!(slots.remove(a), Some((7, vec![1], 0)));
         assert!(slots.remove(a).is_none(), "a slot is removed once");
         let c = slots.insert(9, vec![], 0);
         assert_eq!(c, a, "the free slot is reused");

@@ -1027,7 +1027,7 @@ fn condition(mode: StoreMode, live_cas: Option<u64>) -> Option<StoreOutcome> {
 #[inline(always)]
 fn copy_key(dst: &mut [u8], key: &[u8]) {
     let n = key.len();
-    if n > 32 || n < 8 || dst.len() != n {
+    if !(8..=32).contains(&n) || dst.len() != n {
         dst.copy_from_slice(key);
     } else if n >= 16 {
         dst[..16].copy_from_slice(&key[..16]);
