@@ -197,8 +197,9 @@ pub enum Binding {
 /// `--io-backend`: how worker threads drive their sockets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum IoBackend {
-    /// Whichever the benchmarks found cheaper on this kind of kernel: epoll
-    /// (`docs/benchmarks.md`, "io_uring against epoll").
+    /// Whichever the benchmarks found cheaper on this kind of kernel:
+    /// io_uring when the kernel offers it, else epoll (`docs/benchmarks.md`,
+    /// "io_uring against epoll").
     Auto,
     /// One io_uring per worker; epoll when the kernel refuses it.
     Uring,
