@@ -75,13 +75,11 @@ pub fn find_delimiter(s: &[u8], from: usize) -> Option<usize> {
 #[must_use]
 pub fn find_byte_or_end(s: &[u8], from: usize, byte: u8) -> usize {
     let pattern = LO * u64::from(byte);
-    let hits = |w: u64| {
-        let x = w ^ pattern;
-        x.wrapping_sub(LO) & !x & HI
-    };
+    // High bit of every zero byte of `x` (the lowest one exact, as in `find_delimiter`).
+    let zeros = |x: u64| x.wrapping_sub(LO) & !x & HI;
     let mut i = from;
     while i + 8 <= s.len() {
-        let m = hits(word(s, i));
+        let m = zeros(word(s, i) ^ pattern);
         if m != 0 {
             return i + (m.trailing_zeros() / 8) as usize;
         }
@@ -95,9 +93,7 @@ pub fn find_byte_or_end(s: &[u8], from: usize, byte: u8) -> usize {
         // As in `find_delimiter`: the last word, with the bytes before `i` made
         // harmless (0xff after the xor) and shifted out.
         let skip = 8 * (8 - left);
-        let x = (word(s, s.len() - 8) ^ pattern) | low_bytes(skip);
-        let m = x.wrapping_sub(LO) & !x & HI;
-        let m = m >> skip;
+        let m = zeros((word(s, s.len() - 8) ^ pattern) | low_bytes(skip)) >> skip;
         return if m != 0 {
             i + (m.trailing_zeros() / 8) as usize
         } else {
@@ -244,6 +240,16 @@ mod tests {
         }
     }
 
+    /// A small deterministic generator for the randomised tests.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
     #[test]
     fn takes_the_common_lines() {
         for line in [
@@ -312,20 +318,18 @@ mod tests {
             b"\0",
             b"\t",
         ];
-        let mut seed: u64 = 0x1234_5678;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x1234_5678);
         for _ in 0..200_000 {
             let mut line = Vec::new();
             let n = 1 + next() % 10;
             for i in 0..n {
                 let a = next() as usize % atoms.len();
                 // Start with a command most of the time.
-                let a = if i == 0 && next() % 4 != 0 { a % 3 } else { a };
+                let a = if i == 0 && !next().is_multiple_of(4) {
+                    a % 3
+                } else {
+                    a
+                };
                 line.extend_from_slice(atoms[a]);
             }
             check(&line);
@@ -381,13 +385,7 @@ mod tests {
         let alphabet = [
             b' ', b'!', 0x1f, 0x00, 0x01, b'\t', b'"', b'a', 0xff, 0x80, 0x21, 0x22,
         ];
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         for _ in 0..20_000 {
             let len = (next() % 25) as usize;
             let text: Vec<u8> = (0..len)

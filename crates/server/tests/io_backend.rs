@@ -18,6 +18,15 @@ fn kernel_allows_io_uring() -> bool {
         .unwrap_or(false)
 }
 
+/// The backend `auto` or `uring` must run here: io_uring where the kernel allows it.
+fn uring_or_fallback() -> &'static str {
+    if kernel_allows_io_uring() {
+        "uring"
+    } else {
+        "epoll"
+    }
+}
+
 fn backend(server: &ServerProcess) -> String {
     server.stats("settings")["io_backend"].clone()
 }
@@ -57,11 +66,7 @@ fn auto_runs_io_uring_where_the_kernel_allows_it() {
         &[("FERROCACHE_IO_BACKEND", "auto")],
         None,
     );
-    let want = if kernel_allows_io_uring() {
-        "uring"
-    } else {
-        "epoll"
-    };
+    let want = uring_or_fallback();
     for server in [&explicit, &default] {
         assert_eq!(backend(server), want);
         round_trip(&mut server.connect());
@@ -102,11 +107,7 @@ fn the_environment_sets_the_default_and_the_flag_wins() {
         &[("FERROCACHE_IO_BACKEND", "epoll")],
         None,
     );
-    let want = if kernel_allows_io_uring() {
-        "uring"
-    } else {
-        "epoll"
-    };
+    let want = uring_or_fallback();
     assert_eq!(backend(&flag_wins), want);
 }
 

@@ -804,24 +804,8 @@ impl Store {
         key: &[u8],
         now: RelTime,
     ) -> Result<(u64, Header), Lookup<std::convert::Infallible>> {
-        let Shard { table, stats, .. } = shard;
-        let Ok(o) = table.find_entry(h, |&e| self.key_eq(e, key)) else {
-            return Err(Lookup::Miss);
-        };
-        let e = *o.get();
-        let hdr = self.header(e);
-        match self.liveness(&hdr, now) {
-            Liveness::Live => Ok((e, hdr)),
-            gone => {
-                o.remove();
-                self.unlinked(stats, e);
-                Err(if gone == Liveness::Expired {
-                    Lookup::Expired
-                } else {
-                    Lookup::Flushed
-                })
-            }
-        }
+        self.do_find_live_record(shard, h, key, now)
+            .map(|(e, hdr, _)| (e, hdr))
     }
 
     /// [`Store::do_find_live`] that also returns the whole record of the live item, read
