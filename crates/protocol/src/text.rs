@@ -216,6 +216,15 @@ impl<'a> Keys<'a> {
         self.pos
     }
 
+    /// Continue after a key that another cursor over the same line (a clone of this
+    /// one) has parsed already: `pos` is that cursor's [`Keys::position`] after it.
+    #[inline]
+    pub fn skip_to(&mut self, pos: usize) {
+        debug_assert!(pos >= self.pos && pos <= self.line.len());
+        self.pos = pos;
+        self.single = false;
+    }
+
     /// Whether another key follows.
     #[must_use]
     pub fn has_more(&self) -> bool {

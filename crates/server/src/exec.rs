@@ -8,7 +8,9 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use protocol::text::{DetailOp, GetCommand, Keys, Request, StatsGroup, StoreCommand, MAX_KEY_LEN};
-use storage::{ArithOutcome, ItemRef, Lookup, Store, StoreMode, StoreOutcome};
+use storage::{
+    ArithOutcome, ItemRef, KeyHash, Lookup, Store, StoreMode, StoreOutcome, PREFETCH_DISTANCE,
+};
 
 use crate::clock::Clock;
 use crate::config::{Settings, MAX_VERBOSITY_LEVEL};
@@ -285,7 +287,32 @@ impl Exec<'_> {
         let mut discard = false;
         // Counted here and added to the worker's counters once per command.
         let mut tally = GetTally::default();
-        while let Some(key) = keys.next() {
+        // A software pipeline over the keys of a multi-get: while key n is looked up,
+        // the record of key n + D and the index bucket of key n + 2D are prefetched
+        // (D = PREFETCH_DISTANCE), each stage with its own clone of the key iterator,
+        // so that the cache misses of many keys overlap. Not for one key (nothing to
+        // overlap) or the null store.
+        let mut ahead = (self.shared.settings.null_store.is_none()
+            && keys.clone().nth(1).is_some())
+        .then(|| Ahead::new(keys.clone()));
+        let mut looked_up = 0usize;
+        loop {
+            // With the pipeline, the key was parsed and hashed by its first stage.
+            let (key, hashed) = match &mut ahead {
+                Some(a) => {
+                    a.run(self.store(), looked_up);
+                    let Some(slot) = a.take(looked_up) else {
+                        break;
+                    };
+                    keys.skip_to(slot.end);
+                    (slot.key, slot.hash)
+                }
+                None => match keys.next() {
+                    Some(key) => (key, None),
+                    None => break,
+                },
+            };
+            looked_up += 1;
             if key.len() > MAX_KEY_LEN {
                 // memcached drops every reply not yet written, then errors.
                 tally.add_to(self.stats, touch);
@@ -310,9 +337,12 @@ impl Exec<'_> {
                 });
                 Lookup::Hit(())
             } else if touch {
-                self.store().get_and_touch(key, new_exptime, now, compose)
+                let h = hashed.unwrap_or_else(|| self.store().hash(key));
+                self.store()
+                    .get_and_touch_hashed(key, h, new_exptime, now, compose)
             } else {
-                self.store().get(key, now, compose)
+                let h = hashed.unwrap_or_else(|| self.store().hash(key));
+                self.store().get_hashed(key, h, now, compose)
             };
             tally.lookups += 1;
             match lookup {
@@ -476,6 +506,89 @@ impl GetTally {
         if self.flushed != 0 {
             bump(&stats.get_flushed, self.flushed);
         }
+    }
+}
+
+/// Keys parsed ahead of the lookups; more than the 2 x PREFETCH_DISTANCE keys that
+/// stage one runs ahead.
+const RING: usize = 4 * PREFETCH_DISTANCE;
+
+/// One key parsed by stage one.
+#[derive(Clone, Copy)]
+struct Parsed<'a> {
+    key: &'a [u8],
+    /// [`Keys::position`] after the key.
+    end: usize,
+    /// `None` for a key too long to look up.
+    hash: Option<KeyHash>,
+}
+
+/// The two prefetch stages of [`Exec::get`]'s pipeline. Stage one parses and hashes
+/// each key (the only parse and hash it gets) and prefetches its index bucket; stage
+/// two, closer to the lookups, prefetches its record; the lookup loop then takes the
+/// key and its hash from the ring.
+struct Ahead<'a> {
+    keys: Keys<'a>,
+    /// Key `n` at `n % RING`.
+    ring: [Parsed<'a>; RING],
+    /// Keys each stage has passed.
+    indexed: usize,
+    recorded: usize,
+    /// Stage one reached the end of the keys.
+    done: bool,
+}
+
+impl<'a> Ahead<'a> {
+    fn new(keys: Keys<'a>) -> Self {
+        Ahead {
+            keys,
+            ring: [Parsed {
+                key: &[],
+                end: 0,
+                hash: None,
+            }; RING],
+            indexed: 0,
+            recorded: 0,
+            done: false,
+        }
+    }
+
+    /// Bring both stages to their distance ahead of `looked_up` keys.
+    #[inline]
+    fn run(&mut self, store: &Store, looked_up: usize) {
+        while !self.done && self.indexed < looked_up + 2 * PREFETCH_DISTANCE {
+            let Some(key) = self.keys.next() else {
+                self.done = true;
+                break;
+            };
+            // Too long: the lookup loop reports it and never gets further.
+            let hash = (key.len() <= MAX_KEY_LEN).then(|| {
+                let h = store.hash(key);
+                store.prefetch_index(h);
+                h
+            });
+            self.ring[self.indexed % RING] = Parsed {
+                key,
+                end: self.keys.position(),
+                hash,
+            };
+            self.indexed += 1;
+        }
+        while self.recorded < (looked_up + PREFETCH_DISTANCE).min(self.indexed) {
+            let p = &self.ring[self.recorded % RING];
+            if let Some(h) = p.hash {
+                store.prefetch_record(h, p.key.len());
+            }
+            self.recorded += 1;
+        }
+    }
+
+    /// Key `n` (counting from 0), once [`Ahead::run`] has passed it; `None` after the
+    /// last key.
+    #[inline]
+    fn take(&self, n: usize) -> Option<Parsed<'a>> {
+        debug_assert!(n + RING > self.indexed);
+        (n < self.indexed).then(|| self.ring[n % RING])
     }
 }
 

@@ -417,6 +417,68 @@ fn get_with_too_long_key_drops_unsent_replies() {
     }
 }
 
+/// Long multi-gets, which ferrocache looks up in a software pipeline (keys parsed,
+/// hashed and prefetched up to 16 keys ahead of their lookups): hits, misses, expired
+/// items, repeats, `gets`/`gat`/`gats`, too-long keys at several places, a line long
+/// enough to pause on output (large values) and one key appearing hundreds of times.
+#[test]
+fn long_multi_gets() {
+    let key = |i: usize| format!("mk{i}");
+    let mut steps = vec![Step::from_bytes(b"flush_all\r\n")];
+    for i in 0..64 {
+        // Every third key never stored, every fifth stored already expired.
+        if i % 3 == 0 {
+            continue;
+        }
+        let exptime = if i % 5 == 0 { -1 } else { 0 };
+        let value = "v".repeat(1 + i * 7 % 40);
+        steps.push(Step::from_bytes(
+            format!("set {} {i} {exptime} {}\r\n{value}\r\n", key(i), value.len()).as_bytes(),
+        ));
+    }
+    let all: Vec<String> = (0..80).map(key).collect();
+    let line = |cmd: &str, keys: &[String]| format!("{cmd} {}\r\n", keys.join(" "));
+    let long = "k".repeat(251);
+    let with_long_at = |at: usize| {
+        let mut keys = all[..40].to_vec();
+        keys.insert(at, long.clone());
+        keys
+    };
+    let mut lines = vec![
+        line("get", &all),
+        line("gets", &all),
+        line("gat 100", &all[..50]),
+        line("gats 0", &all[10..]),
+        line("get", &with_long_at(0)),
+        line("get", &with_long_at(5)),
+        line("gets", &with_long_at(17)),
+        line("get", &with_long_at(40)),
+        line("get", &vec![key(1); 300]),
+    ];
+    // Reversed, and with runs of spaces between keys.
+    let mut rev = all.clone();
+    rev.reverse();
+    lines.push(format!("get  {}   \r\n", rev.join("   ")));
+    for l in &lines {
+        steps.push(Step::from_bytes(l.as_bytes()));
+    }
+    // Large values: one multi-get's replies pass the output pause point.
+    for i in 0..24 {
+        let value = "L".repeat(200_000 + i);
+        steps.push(Step::from_bytes(
+            format!("set big{i} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes(),
+        ));
+    }
+    let big: Vec<String> = (0..30).map(|i| format!("big{i}")).collect();
+    steps.push(Step::from_bytes(line("get", &big).as_bytes()));
+    let mut pair = Pair::start();
+    for writes in [Writes::Whole, Writes::Fragmented] {
+        if let Err(text) = run_stream(&mut pair, 0, &steps, writes) {
+            panic!("long multi-gets differ:\n{text}");
+        }
+    }
+}
+
 /// A short pipelined stream, written as one write and as two writes split at every byte,
 /// must give the same replies (and the same as memcached's).
 #[test]

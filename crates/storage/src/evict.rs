@@ -171,7 +171,7 @@ impl Store {
             let mut shard = self.shard_for(h).lock();
             let Shard { table, stats, .. } = &mut *shard;
             let me = pack(seg, off as u32);
-            if let Ok(mut o) = table.find_entry(h, |&e| e == me) {
+            if let Some(mut o) = table.find_entry(h, |e| e == me) {
                 let hdr: Header = self.header(me);
                 let fetched = hdr.mark & MARK_FETCHED != 0;
                 match self.liveness(&hdr, now) {
@@ -191,7 +191,7 @@ impl Store {
                             // of the segment; `dest..dest+len` covers only bytes already
                             // unlinked or moved (everything below `off`) and this item.
                             unsafe { mem.move_within(off, dest, len) };
-                            *o.get_mut() = pack(seg, dest as u32);
+                            o.replace(pack(seg, dest as u32));
                         }
                         if !keep_all {
                             // SAFETY: the item (now at `dest`) is ours under its lock.
@@ -232,22 +232,21 @@ impl Store {
         let mut shards_done = 0;
         while budget > 0 && removed < max_items && shards_done <= self.shards.len() {
             let si = self.sweep_shard.load(Ordering::Relaxed) & self.shard_mask;
-            let mut shard = self.shards[si].lock();
+            let mut shard = self.shard_at(si).lock();
             let Shard {
                 table,
                 stats,
                 sweep_bucket,
             } = &mut *shard;
-            let buckets = table.num_buckets();
+            let buckets = table.positions();
             let start = (*sweep_bucket).min(buckets);
             let end = (start + SWEEP_CHUNK_BUCKETS.min(budget)).min(buckets);
             let mut i = start;
             while i < end && removed < max_items {
-                if let Ok(o) = table.get_bucket_entry(i) {
-                    let e = *o.get();
+                if let Some(e) = table.get(i) {
                     let hdr = self.header(e);
                     if self.liveness(&hdr, now) != Liveness::Live {
-                        o.remove();
+                        table.remove(i, self.hash_entry(e));
                         self.unlinked(stats, e);
                         stats.reclaimed += 1;
                         if hdr.mark & MARK_FETCHED == 0 {

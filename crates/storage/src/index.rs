@@ -3,22 +3,31 @@
 //! ```text
 //!  hash(key) ──bits 40..──> shard  (power of two, each its own cache line)
 //!      │
-//!      └─> Shard { Mutex { HashTable<u64>, per-shard counters } }
-//!                             │
-//!                             └─ entry: u64 ─┬─ bits 63..32: segment id
-//!                                            └─ bits 31..0 : byte offset in the segment
+//!      └─> ShardSlot { Mutex { IndexTable, per-shard counters }, prefetch hint }
+//!                                    │
+//!                                    └─ entry: u64 ─┬─ bits 63..32: segment id
+//!                                                   └─ bits 31..0 : byte offset in the segment
 //! ```
 //!
-//! The table stores only the 8-byte entry; the key lives in the segment and is compared
-//! there (hashbrown's 7-bit control tags filter out almost all non-matching probes
-//! first). Rehashing on growth re-reads each key from its segment, under the shard lock.
+//! The table (`table.rs`) stores only the 8-byte entry; the key lives in the segment and
+//! is compared there (7-bit tags beside the entries filter out almost all non-matching
+//! probes first). Rehashing on growth re-reads each key from its segment, under the
+//! shard lock.
+//!
+//! Each slot also publishes, outside its lock, where its table's buckets are (updated
+//! whenever a guard is dropped after the table moved). A multi-get reads that hint to
+//! prefetch the buckets of all its keys before it locks anything; a stale hint only
+//! makes a prefetch useless, never wrong.
 //!
 //! Statistics that change with items (`curr_items`, `bytes`, `evictions`, ...) are kept
 //! per shard, under the same lock, so no global counter is touched per request.
 
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use hashbrown::HashTable;
+use crate::segment::prefetch_line;
+use crate::table::IndexTable;
 
 /// Pack a location into an index entry.
 #[inline]
@@ -34,7 +43,7 @@ pub(crate) fn unpack(entry: u64) -> (u32, u32) {
 
 /// Seeded 64-bit hash of a key: 8 bytes at a time, multiply-rotate, then a
 /// MurmurHash3 `fmix64` finaliser so that every output bit depends on every input bit
-/// (the shard uses high bits, hashbrown the low bits and the top 7).
+/// (the shard uses bits 40 and up, the table the low bits and the top 7).
 ///
 /// The last word overlaps the one before it rather than being padded, so no
 /// byte-by-byte copy (a `memcpy` call) is needed; the length is mixed in first, so
@@ -88,7 +97,7 @@ pub(crate) struct ShardStats {
 
 /// One shard of the index.
 pub(crate) struct Shard {
-    pub table: HashTable<u64>,
+    pub table: IndexTable,
     pub stats: ShardStats,
     /// Where the expiry sweep resumes in this shard's bucket array.
     pub sweep_bucket: usize,
@@ -101,17 +110,90 @@ pub(crate) struct ShardSlot(Mutex<Shard>);
 impl ShardSlot {
     pub fn new() -> ShardSlot {
         ShardSlot(Mutex::new(Shard {
-            table: HashTable::new(),
+            table: IndexTable::new(),
             stats: ShardStats::default(),
             sweep_bucket: 0,
         }))
     }
+}
 
+/// Where one shard's table buckets are ([`IndexTable::prefetch_hint`] as of the last
+/// unlock), readable without the lock. The hints of all shards sit in one small array
+/// apart from the locks, so reading one rarely misses the cache.
+#[derive(Default)]
+pub(crate) struct Hint {
+    base: AtomicUsize,
+    mask: AtomicUsize,
+}
+
+/// A shard and its hint.
+#[derive(Clone, Copy)]
+pub(crate) struct ShardRef<'a> {
+    pub slot: &'a ShardSlot,
+    pub hint: &'a Hint,
+}
+
+impl<'a> ShardRef<'a> {
     /// Lock the shard. A panic while holding a shard lock (only possible through a bug or
     /// a panicking `get` callback) leaves the index consistent, so poisoning is ignored.
     #[inline]
-    pub fn lock(&self) -> MutexGuard<'_, Shard> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn lock(self) -> ShardGuard<'a> {
+        ShardGuard {
+            guard: self.slot.0.lock().unwrap_or_else(|e| e.into_inner()),
+            hint: self.hint,
+        }
+    }
+
+    /// Lock the shard to read it only: the table cannot move, so the guard has no hint
+    /// to publish when it is dropped.
+    #[inline]
+    pub fn lock_read(self) -> MutexGuard<'a, Shard> {
+        self.slot.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Prefetch the shard's lock word and the table bucket where hash `h` starts,
+    /// without locking. Either may be stale; the lookup that follows is correct anyway.
+    #[inline]
+    pub fn prefetch(self, h: u64) {
+        prefetch_line(self.slot as *const ShardSlot as usize);
+        let base = self.hint.base.load(Ordering::Relaxed);
+        if base != 0 {
+            let mask = self.hint.mask.load(Ordering::Relaxed);
+            prefetch_line(base.wrapping_add((h as usize & mask) * 64));
+        }
+    }
+}
+
+/// A locked shard. Dropping it publishes the table's new place if the table moved.
+pub(crate) struct ShardGuard<'a> {
+    guard: MutexGuard<'a, Shard>,
+    hint: &'a Hint,
+}
+
+impl Deref for ShardGuard<'_> {
+    type Target = Shard;
+    #[inline]
+    fn deref(&self) -> &Shard {
+        &self.guard
+    }
+}
+
+impl DerefMut for ShardGuard<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Shard {
+        &mut self.guard
+    }
+}
+
+impl Drop for ShardGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Runs before `guard` unlocks, so hints change only under the lock.
+        if self.guard.table.take_moved() {
+            let (base, mask) = self.guard.table.prefetch_hint();
+            self.hint.base.store(base, Ordering::Relaxed);
+            self.hint.mask.store(mask, Ordering::Relaxed);
+        }
     }
 }
 

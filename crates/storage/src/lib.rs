@@ -8,7 +8,8 @@
 //! | module      | what it holds                                                           |
 //! |-------------|-------------------------------------------------------------------------|
 //! | [`store`]   | [`Store`] and its builder: every public operation, stats               |
-//! | `index`     | the sharded hash index: `Mutex<Shard>` around a `HashTable<u64>`         |
+//! | `index`     | the sharded hash index: `Mutex<Shard>` around an `IndexTable`            |
+//! | `table`     | one shard's table: 7 entries and their tags per 64-byte bucket           |
 //! | `pool`      | the segment pool: free list, FIFO of sealed segments, writer groups      |
 //! | `evict`     | eviction of the oldest segment with second chance for accessed items     |
 //! | `item`      | the packed item header (byte layout diagram lives there)                 |
@@ -39,9 +40,10 @@ pub mod meta;
 mod pool;
 mod segment;
 pub mod store;
+mod table;
 
 pub use meta::{ItemMut, MetaArith, MetaStore};
-pub use store::{Store, StoreBuilder};
+pub use store::{KeyHash, Store, StoreBuilder, PREFETCH_DISTANCE};
 
 /// Seconds of server uptime. The server's clock starts at 1, so 0 never means "now".
 /// As an exptime, 0 means "never expires".

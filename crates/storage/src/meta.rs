@@ -244,7 +244,7 @@ impl Store {
         }
         let e = {
             let Shard { table, stats, .. } = &mut *shard;
-            let entry = table.entry(h, |&e| self.key_eq(e, key), |&e| self.hash_entry(e));
+            let entry = table.entry(h, |e| self.key_eq(e, key), |e| self.hash_entry(e));
             self.publish(r, entry, stats);
             pack(r.seg, r.off)
         };
@@ -274,7 +274,7 @@ impl Store {
         let out = f(&mut it, created);
         if it.unlink {
             let Shard { table, stats, .. } = shard;
-            if let Ok(o) = table.find_entry(h, |&x| x == e) {
+            if let Some(o) = table.find_entry(h, |x| x == e) {
                 o.remove();
                 self.unlinked(stats, e);
             }
@@ -351,8 +351,8 @@ impl Store {
         let shard = self.shard_for(h).lock();
         shard
             .table
-            .find(h, |&e| self.key_eq(e, key))
-            .map(|&e| self.liveness(&self.header(e), now))
+            .find(h, |e| self.key_eq(e, key))
+            .map(|(_, e)| self.liveness(&self.header(e), now))
     }
 }
 

@@ -12,16 +12,15 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use hashbrown::hash_table::Entry;
-
 use crate::arith;
-use crate::index::{hash_key, pack, unpack, Shard, ShardSlot, ShardStats};
+use crate::index::{hash_key, pack, unpack, Hint, Shard, ShardRef, ShardSlot, ShardStats};
 use crate::item::{
     self, Header, NewItem, Prefix, MARK_ACCESSED, MARK_FETCHED, MAX_KEY_BYTES, MUT_LEN, MUT_START,
     PREFIX_BYTES,
 };
 use crate::pool::{GroupSlot, PoolState, Reservation, SegmentMeta};
 use crate::segment::SegmentMem;
+use crate::table::Entry;
 use crate::{
     ArithOutcome, BuildError, ItemRef, Lookup, RelTime, StoreMode, StoreOutcome, StoreStats,
 };
@@ -43,6 +42,14 @@ pub const MEMCACHED_ITEM_OVERHEAD_BYTES: usize = 59;
 
 const SEGMENT_ROUND_BYTES: usize = 4096;
 const MAX_SHARDS: usize = 4096;
+/// Keys between the stages of a pipelined multi-get ([`Store::prefetch_index`],
+/// [`Store::prefetch_record`], [`Store::get_hashed`]): at a few hundred cycles of work per key,
+/// eight keys cover a memory miss, and sixteen misses in flight fit a core's miss queue.
+pub const PREFETCH_DISTANCE: usize = 8;
+
+/// A key's hash in one store ([`Store::hash`]); only that store's calls accept it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyHash(u64);
 
 /// The cache engine, shared by all worker threads through `Arc<Store>`.
 ///
@@ -52,6 +59,7 @@ const MAX_SHARDS: usize = 4096;
 pub struct Store {
     pub(crate) seed: u64,
     pub(crate) shards: Box<[ShardSlot]>,
+    hints: Box<[Hint]>,
     pub(crate) shard_mask: usize,
     pub(crate) segments: Box<[SegmentMeta]>,
     pub(crate) segment_size: usize,
@@ -147,6 +155,7 @@ impl StoreBuilder {
         Ok(Store {
             seed: RandomState::new().hash_one(0x5EED_u64),
             shards: (0..shards).map(|_| ShardSlot::new()).collect(),
+            hints: (0..shards).map(|_| Hint::default()).collect(),
             shard_mask: shards - 1,
             segments: (0..count).map(|_| SegmentMeta::new(segment_size)).collect(),
             segment_size,
@@ -204,7 +213,54 @@ impl Store {
     /// Look up `key`; on a hit call `f` with the item and mark it fetched and accessed.
     /// `f` runs under the shard lock: it must be short (copy the bytes out, nothing more).
     pub fn get<R>(&self, key: &[u8], now: RelTime, f: impl FnOnce(ItemRef<'_>) -> R) -> Lookup<R> {
-        self.get_inner(key, None, now, f)
+        self.get_inner(key, self.hash(key), None, now, f)
+    }
+
+    /// The hash of `key` in this store, for the pipelined calls below: a multi-get
+    /// hashes each key once and hands the hash to every stage.
+    #[inline]
+    pub fn hash(&self, key: &[u8]) -> KeyHash {
+        KeyHash(hash_key(self.seed, key))
+    }
+
+    /// First stage of a software-pipelined multi-get: prefetch the shard lock word and
+    /// the index bucket of a key, without locking. Call it about
+    /// 2 x [`PREFETCH_DISTANCE`] keys before the key's lookup.
+    ///
+    /// A lookup of a key not in cache waits for three misses in a row (bucket, record,
+    /// lock word), and the full barrier of each lock keeps the misses of the next key
+    /// from starting early. Prefetches are not held back by a lock, so a multi-get that
+    /// runs this stage and [`Store::prefetch_record`] ahead of its lookups overlaps the
+    /// misses of many keys.
+    #[inline]
+    pub fn prefetch_index(&self, h: KeyHash) {
+        self.shard_for(h.0).prefetch(h.0);
+    }
+
+    /// Second stage, about [`PREFETCH_DISTANCE`] keys before the lookup, once the bucket
+    /// has arrived: under the shard lock, find the record the bucket points at for the
+    /// key (by tag, without reading the key) and prefetch its header, key and the start
+    /// of its value. Changes nothing.
+    #[inline]
+    pub fn prefetch_record(&self, h: KeyHash, key_len: usize) {
+        let candidate = self.shard_for(h.0).lock_read().table.first_candidate(h.0);
+        if let Some(e) = candidate {
+            let (seg, off) = unpack(e);
+            let len = item::HEADER_BYTES + item::FLAGS_BYTES + key_len + 64;
+            self.mem(seg).prefetch(off as usize, len);
+        }
+    }
+
+    /// [`Store::get`] with the key's hash already computed by [`Store::hash`].
+    #[inline]
+    pub fn get_hashed<R>(
+        &self,
+        key: &[u8],
+        h: KeyHash,
+        now: RelTime,
+        f: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> Lookup<R> {
+        self.get_inner(key, h, None, now, f)
     }
 
     /// memcached `gat`/`gats`: on a hit, set the new exptime first, then call `f`.
@@ -215,18 +271,37 @@ impl Store {
         now: RelTime,
         f: impl FnOnce(ItemRef<'_>) -> R,
     ) -> Lookup<R> {
-        self.get_inner(key, Some(exptime), now, f)
+        self.get_inner(key, self.hash(key), Some(exptime), now, f)
+    }
+
+    /// [`Store::get_and_touch`] with the key's hash already computed.
+    #[inline]
+    pub fn get_and_touch_hashed<R>(
+        &self,
+        key: &[u8],
+        h: KeyHash,
+        exptime: RelTime,
+        now: RelTime,
+        f: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> Lookup<R> {
+        self.get_inner(key, h, Some(exptime), now, f)
     }
 
     fn get_inner<R>(
         &self,
         key: &[u8],
+        h: KeyHash,
         exptime: Option<RelTime>,
         now: RelTime,
         f: impl FnOnce(ItemRef<'_>) -> R,
     ) -> Lookup<R> {
+        debug_assert_eq!(
+            h.0,
+            hash_key(self.seed, key),
+            "a KeyHash of another key or store"
+        );
+        let h = h.0;
         const MARKS: u8 = MARK_FETCHED | MARK_ACCESSED;
-        let h = hash_key(self.seed, key);
         let mut shard = self.shard_for(h).lock();
         let (e, hdr, mut bytes) = match self.do_find_live_record(&mut shard, h, key, now) {
             Ok(found) => found,
@@ -333,28 +408,18 @@ impl Store {
         }
         let mut shard = slot.lock();
         let Shard { table, stats, .. } = &mut *shard;
-        // The existing item, if any, found through `iter_hash_mut` (generic, so the key
-        // comparison inlines; `entry` would call it through a `dyn FnMut`).
-        let mut found = None;
-        for slot in table.iter_hash_mut(h) {
-            if let Some(record) = self.record_if_key(*slot, key) {
-                let hd = Header::parse(record);
-                found = Some((slot, hd));
-                break;
-            }
-        }
+        // The existing item, if any, with its header read from the record the key
+        // comparison borrowed.
+        let found = table.find_map(h, |e| self.record_if_key(e, key).map(Header::parse));
         let live = found
             .as_ref()
             .and_then(|(_, hd)| (self.liveness(hd, now) == Liveness::Live).then_some(*hd));
         let live_cas = live.map(|hd| hd.cas);
         if let Some(refused) = condition_ext(mode, live_cas, extra.invalidate) {
-            if let Some((slot, hd)) = found {
+            if let Some((pos, hd)) = found {
                 if live_cas.is_none() {
-                    let old = *slot;
-                    if let Ok(o) = table.find_entry(h, |&x| x == old) {
-                        o.remove();
-                        self.unlinked_len(stats, old, hd.prefix.total_len());
-                    }
+                    let old = table.remove(pos, h);
+                    self.unlinked_len(stats, old, hd.prefix.total_len());
                 }
             }
             drop(shard);
@@ -369,12 +434,13 @@ impl Store {
             item::set_cas(w, cas);
         }
         match found {
-            Some((slot, hd)) => {
-                let old = std::mem::replace(slot, new_e);
+            Some((pos, hd)) => {
+                let old = table.get(pos).expect("found entry");
+                table.set(pos, new_e);
                 self.unlinked_len(stats, old, hd.prefix.total_len());
             }
             None => {
-                table.insert_unique(h, new_e, |&e| self.hash_entry(e));
+                table.insert_unique(h, new_e, |e| self.hash_entry(e));
             }
         }
         self.published(stats, r);
@@ -456,7 +522,7 @@ impl Store {
             };
             let mut shard = slot.lock();
             let Shard { table, stats, .. } = &mut *shard;
-            let entry = table.entry(h, |&e| self.key_eq(e, key), |&e| self.hash_entry(e));
+            let entry = table.entry(h, |e| self.key_eq(e, key), |e| self.hash_entry(e));
             if !self.unchanged(&entry, old_e, old.cas, now) {
                 // Changed (or expired) between our two looks: start again.
                 drop(shard);
@@ -487,11 +553,11 @@ impl Store {
         let h = hash_key(self.seed, key);
         let mut shard = self.shard_for(h).lock();
         let Shard { table, stats, .. } = &mut *shard;
-        let Ok(o) = table.find_entry(h, |&e| self.key_eq(e, key)) else {
+        let Some(o) = table.find_entry(h, |e| self.key_eq(e, key)) else {
             return false;
         };
-        let live = self.liveness(&self.header(*o.get()), now) == Liveness::Live;
-        let (old, _) = o.remove();
+        let live = self.liveness(&self.header(o.get()), now) == Liveness::Live;
+        let old = o.remove();
         self.unlinked(stats, old);
         live
     }
@@ -608,7 +674,7 @@ impl Store {
             }
             let mut shard = slot.lock();
             let Shard { table, stats, .. } = &mut *shard;
-            let entry = table.entry(h, |&e| self.key_eq(e, key), |&e| self.hash_entry(e));
+            let entry = table.entry(h, |e| self.key_eq(e, key), |e| self.hash_entry(e));
             if !self.unchanged(&entry, e, hdr.cas, now) {
                 drop(shard);
                 self.abandon(r);
@@ -642,8 +708,8 @@ impl Store {
     /// Statistics, summed over the shards (each locked briefly in turn).
     pub fn stats(&self) -> StoreStats {
         let mut sum = ShardStats::default();
-        for slot in self.shards.iter() {
-            let s = slot.lock().stats;
+        for i in 0..self.shards.len() {
+            let s = self.shard_at(i).lock().stats;
             sum.curr_items += s.curr_items;
             sum.bytes += s.bytes;
             sum.total_items += s.total_items;
@@ -672,8 +738,8 @@ impl Store {
 
     /// memcached `stats reset`: zero the counters, not the gauges (`curr_items`, `bytes`).
     pub fn reset_stats(&self) {
-        for slot in self.shards.iter() {
-            let s = &mut slot.lock().stats;
+        for i in 0..self.shards.len() {
+            let s = &mut self.shard_at(i).lock().stats;
             *s = ShardStats {
                 curr_items: s.curr_items,
                 bytes: s.bytes,
@@ -685,8 +751,16 @@ impl Store {
     // ---- helpers shared with `evict` ------------------------------------------------
 
     #[inline]
-    pub(crate) fn shard_for(&self, h: u64) -> &ShardSlot {
-        &self.shards[(h >> 40) as usize & self.shard_mask]
+    pub(crate) fn shard_for(&self, h: u64) -> ShardRef<'_> {
+        self.shard_at((h >> 40) as usize & self.shard_mask)
+    }
+
+    #[inline]
+    pub(crate) fn shard_at(&self, i: usize) -> ShardRef<'_> {
+        ShardRef {
+            slot: &self.shards[i],
+            hint: &self.hints[i],
+        }
     }
 
     #[inline]
@@ -822,26 +896,23 @@ impl Store {
         now: RelTime,
     ) -> Result<(u64, Header, &[u8]), Lookup<std::convert::Infallible>> {
         let Shard { table, stats, .. } = shard;
-        // `iter_hash` is generic, so the key comparison inlines here; `find_entry` would
-        // call it through a `dyn FnMut` per candidate.
+        // A loop of our own over the candidates, so that the key comparison inlines.
         let mut found = None;
-        for &e in table.iter_hash(h) {
+        for (pos, e) in table.candidates(h) {
             if let Some(record) = self.record_if_key(e, key) {
-                found = Some((e, record));
+                found = Some((pos, e, record));
                 break;
             }
         }
-        let Some((e, record)) = found else {
+        let Some((pos, e, record)) = found else {
             return Err(Lookup::Miss);
         };
         let hdr = Header::parse(record);
         match self.liveness(&hdr, now) {
             Liveness::Live => Ok((e, hdr, record)),
             gone => {
-                if let Ok(o) = table.find_entry(h, |&x| x == e) {
-                    o.remove();
-                    self.unlinked(stats, e);
-                }
+                table.remove(pos, h);
+                self.unlinked(stats, e);
                 Err(if gone == Liveness::Expired {
                     Lookup::Expired
                 } else {
@@ -895,9 +966,9 @@ impl Store {
 
     /// Under the shard lock: whether `entry` still holds the same live item version that
     /// was read before the lock was dropped (same location and same CAS id).
-    pub(crate) fn unchanged(&self, entry: &Entry<'_, u64>, e: u64, cas: u64, now: RelTime) -> bool {
+    pub(crate) fn unchanged(&self, entry: &Entry<'_>, e: u64, cas: u64, now: RelTime) -> bool {
         match entry {
-            Entry::Occupied(o) if *o.get() == e => {
+            Entry::Occupied(o) if o.get() == e => {
                 let cur = self.header(e);
                 cur.cas == cas && self.liveness(&cur, now) == Liveness::Live
             }
@@ -918,12 +989,7 @@ impl Store {
 
     /// Stamp a fresh CAS id on the written reservation `r` and point `entry` at it.
     /// Runs under the shard lock; returns the CAS id.
-    pub(crate) fn publish(
-        &self,
-        r: Reservation,
-        entry: Entry<'_, u64>,
-        stats: &mut ShardStats,
-    ) -> u64 {
+    pub(crate) fn publish(&self, r: Reservation, entry: Entry<'_>, stats: &mut ShardStats) -> u64 {
         let cas = self.next_cas();
         // SAFETY: `r` is still unpublished and ours (rule 1); only its header window.
         let w = unsafe {
@@ -934,7 +1000,7 @@ impl Store {
         let new_e = pack(r.seg, r.off);
         match entry {
             Entry::Occupied(mut o) => {
-                let old = std::mem::replace(o.get_mut(), new_e);
+                let old = o.replace(new_e);
                 self.unlinked(stats, old);
             }
             Entry::Vacant(v) => {
