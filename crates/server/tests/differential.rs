@@ -433,7 +433,12 @@ fn long_multi_gets() {
         let exptime = if i % 5 == 0 { -1 } else { 0 };
         let value = "v".repeat(1 + i * 7 % 40);
         steps.push(Step::from_bytes(
-            format!("set {} {i} {exptime} {}\r\n{value}\r\n", key(i), value.len()).as_bytes(),
+            format!(
+                "set {} {i} {exptime} {}\r\n{value}\r\n",
+                key(i),
+                value.len()
+            )
+            .as_bytes(),
         ));
     }
     let all: Vec<String> = (0..80).map(key).collect();

@@ -435,8 +435,7 @@ impl Store {
         }
         match found {
             Some((pos, hd)) => {
-                let old = table.get(pos).expect("found entry");
-                table.set(pos, new_e);
+                let old = table.replace(pos, new_e);
                 self.unlinked_len(stats, old, hd.prefix.total_len());
             }
             None => {

@@ -191,12 +191,13 @@ impl IndexTable {
         (s < SLOTS && bucket.tags[s] != 0).then(|| bucket.slots[s])
     }
 
-    /// Point the used slot at `pos` to `e` (same key, new location).
+    /// Point the used slot at `pos` to `e` (same key, new location); returns the old
+    /// entry.
     #[inline]
-    pub fn set(&mut self, pos: Pos, e: u64) {
+    pub fn replace(&mut self, pos: Pos, e: u64) -> u64 {
         let bucket = &mut self.buckets[pos / 8];
         debug_assert!(bucket.tags[pos % 8] != 0);
-        bucket.slots[pos % 8] = e;
+        std::mem::replace(&mut bucket.slots[pos % 8], e)
     }
 
     /// Positions there may be, for a walk over every slot with [`IndexTable::get`].
@@ -370,9 +371,7 @@ impl OccupiedEntry<'_> {
     /// Point the entry at a new location; returns the old one.
     #[inline]
     pub fn replace(&mut self, e: u64) -> u64 {
-        let old = self.get();
-        self.table.set(self.pos, e);
-        old
+        self.table.replace(self.pos, e)
     }
 
     /// Remove the entry; returns it.
