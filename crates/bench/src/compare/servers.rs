@@ -16,6 +16,8 @@ use super::procstat::{self, CpuTicks};
 
 /// How long a server may take to accept its first connection.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// Ports tried before giving up on a start.
+const START_ATTEMPTS: usize = 5;
 /// Connections allowed, as memcached's `-c`.
 pub const CONN_LIMIT: u32 = 4096;
 
@@ -65,12 +67,38 @@ impl Server {
     /// Starts `kind` with `-t 1 -m MEMORY_MB -c 4096 -U 0` on a free port and
     /// waits until it accepts connections. `null_value_bytes` sizes the
     /// floor's canned value.
+    ///
+    /// The port is free when probed, but another process can take it before
+    /// the server binds; the server then exits, or a stranger answers on the
+    /// port. A start only counts when `stats` there reports the child's PID,
+    /// and a lost race is retried on a fresh port.
     pub fn start(
         bins: &Binaries,
         kind: Kind,
         memory_mb: u64,
         null_value_bytes: usize,
     ) -> anyhow::Result<Server> {
+        let mut last = None;
+        for _ in 0..START_ATTEMPTS {
+            match Self::start_once(bins, kind, memory_mb, null_value_bytes)? {
+                Ok(server) => return Ok(server),
+                Err(problem) => last = Some(problem),
+            }
+        }
+        Err(last.expect("at least one attempt").context(format!(
+            "{} did not start in {START_ATTEMPTS} attempts",
+            kind.name()
+        )))
+    }
+
+    /// One try on one port: the outer error is fatal, the inner one a lost
+    /// race worth retrying.
+    fn start_once(
+        bins: &Binaries,
+        kind: Kind,
+        memory_mb: u64,
+        null_value_bytes: usize,
+    ) -> anyhow::Result<Result<Server, anyhow::Error>> {
         let port = free_port()?;
         let program: &Path = match kind {
             Kind::Memcached => &bins.memcached,
@@ -123,10 +151,12 @@ impl Server {
             command,
             proc,
         };
-        server.wait_listening()?;
-        Ok(server)
+        Ok(server.wait_listening().map(|()| server))
     }
 
+    /// Waits until the server answers `stats` with its own PID (taskset has
+    /// exec'd it by then, so the PID is the server's). Errors when it exited
+    /// or someone else answers.
     fn wait_listening(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -138,9 +168,18 @@ impl Server {
                     self.proc.log_tail(2000)
                 );
             }
-            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
-                // taskset has exec'd the server by now: it is what listens.
-                return Ok(());
+            if let Ok(mut conn) = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200))
+            {
+                conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+                let pid = stats_on(&mut conn).map(|s| stat_u64(&s, "pid"));
+                if matches!(pid, Ok(p) if p == u64::from(self.pid())) {
+                    return Ok(());
+                }
+                bail!(
+                    "another process answers on {} (stats pid {pid:?}, ours {})",
+                    self.addr,
+                    self.pid()
+                );
             }
             if Instant::now() > deadline {
                 bail!(

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test file uses a different subset
 
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -20,38 +21,69 @@ impl Memcached {
     /// Starts `memcached -t 1` on a free 127.0.0.1 port (UDP too when `udp`).
     /// Fails, never skips, when memcached is not installed: the project's
     /// test script installs it.
+    ///
+    /// The port is free when probed, but a test running beside this one can
+    /// be handed the same port and win the bind; this memcached then exits
+    /// while the other one answers. So a start only counts when `stats`
+    /// on the port reports this child's PID; otherwise it retries on a new
+    /// port.
     pub fn start(udp: bool) -> Memcached {
         assert!(
             Path::new(MEMCACHED).exists(),
             "{MEMCACHED} is missing: install it with `apt-get install -y memcached` (scripts install it for CI)"
         );
-        let port = free_port();
-        let udp_port = if udp {
-            port.to_string()
-        } else {
-            "0".to_string()
-        };
-        let child = Command::new(MEMCACHED)
-            .args([
-                "-u",
-                "root",
-                "-l",
-                "127.0.0.1",
-                "-t",
-                "1",
-                "-m",
-                "256",
-                "-p",
-            ])
-            .arg(port.to_string())
-            .args(["-U", &udp_port])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting memcached");
-        let mc = Memcached { child, port };
-        wait_listening(port);
-        mc
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port();
+            let udp_port = if udp {
+                port.to_string()
+            } else {
+                "0".to_string()
+            };
+            let child = Command::new(MEMCACHED)
+                .args([
+                    "-u",
+                    "root",
+                    "-l",
+                    "127.0.0.1",
+                    "-t",
+                    "1",
+                    "-m",
+                    "256",
+                    "-p",
+                ])
+                .arg(port.to_string())
+                .args(["-U", &udp_port])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("starting memcached");
+            let mut mc = Memcached { child, port };
+            if mc.wait_ready() {
+                return mc;
+            }
+            // `mc` drops here: killed by PID and reaped before the next try.
+        }
+        panic!("memcached did not start on a port of its own in {START_ATTEMPTS} attempts");
+    }
+
+    /// Polls (bounded: 5 s) until memcached answers on its port with its own
+    /// PID. False when the child exited or someone else answers there.
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            if let Some(pid) = stats_pid(self.port) {
+                return pid == self.child.id();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "memcached did not start listening on port {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     pub fn addr(&self) -> String {
@@ -75,16 +107,27 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Retries connecting until the server accepts (bounded: 5 s).
-fn wait_listening(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "memcached did not start listening on port {port}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
+const START_ATTEMPTS: usize = 5;
+
+/// The PID that `stats` on 127.0.0.1:`port` reports, or None when nothing
+/// answers there (yet).
+fn stats_pid(port: u16) -> Option<u32> {
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    conn.write_all(b"stats\r\n").ok()?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !reply.ends_with(b"END\r\n") {
+        let n = conn.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        reply.extend_from_slice(&chunk[..n]);
     }
+    String::from_utf8_lossy(&reply)
+        .lines()
+        .find_map(|line| line.strip_prefix("STAT pid "))
+        .and_then(|pid| pid.trim().parse().ok())
 }
 
 /// Runs ferrobench with `args`.
