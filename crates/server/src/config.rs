@@ -128,6 +128,10 @@ struct Args {
         default_value = "auto"
     )]
     io_backend: IoBackend,
+    /// UDP replies with segmentation offload (UDP GSO), where the kernel
+    /// offers it: on (the default) or off
+    #[arg(long = "udp-gso", default_value = "on", value_parser = ["on", "off"])]
+    udp_gso: String,
     /// Benchmark floor: answer gets with a canned value and sets with STORED,
     /// without touching the store (measures the network path alone)
     #[arg(long = "null-store")]
@@ -258,6 +262,8 @@ pub struct Settings {
     /// `--io-backend` as given; `main` replaces `auto` (and an unavailable
     /// `uring`) with the backend actually used before any thread starts.
     pub io_backend: IoBackend,
+    /// `--udp-gso`: send UDP replies with GSO where the kernel offers it.
+    pub udp_gso: bool,
     /// `--null-store`: canned replies for get/set, for the benchmark floor.
     pub null_store: Option<Vec<u8>>,
     /// Every `-o` option as given, for `stats settings`.
@@ -379,6 +385,7 @@ impl Settings {
             pin: a.pin,
             busy_poll_us: a.busy_poll_us,
             io_backend: a.io_backend,
+            udp_gso: a.udp_gso == "on",
             null_store: a.null_store.then(|| vec![b'x'; a.null_value_bytes]),
             extended,
         })
@@ -421,6 +428,7 @@ mod tests {
         assert_eq!(s.item_size_max_bytes, 1 << 20);
         assert_eq!(s.listen, vec!["127.0.0.1".to_string()]);
         assert!(s.evictions && s.flush_enabled && !s.shutdown_enabled);
+        assert!(s.udp_gso);
     }
 
     #[test]
@@ -464,5 +472,12 @@ mod tests {
         assert!(parse(&["-I", "512"]).is_err());
         assert!(parse(&["-m", "1", "-I", "1m"]).is_err());
         assert!(parse(&["-t", "0"]).is_err());
+        assert!(parse(&["--udp-gso=maybe"]).is_err());
+    }
+
+    #[test]
+    fn udp_gso_can_be_turned_off() {
+        assert!(!parse(&["--udp-gso=off"]).unwrap().udp_gso);
+        assert!(parse(&["--udp-gso", "on"]).unwrap().udp_gso);
     }
 }

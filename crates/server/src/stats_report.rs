@@ -153,6 +153,7 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     o.yes_no("null_store", s.null_store.is_some());
     o.yes_no("pin", s.pin);
     o.num("busy_poll_us", s.busy_poll_us);
+    o.str("udp_gso", if s.udp_gso { "on" } else { "off" });
     for (key, value) in &s.extended {
         if key != "idle_timeout" {
             o.str(key, if value.is_empty() { "yes" } else { value });

@@ -16,6 +16,17 @@
 //! numbered from sequence 0 with its own total, split into datagrams of at
 //! most 1400 bytes including the header.
 //!
+//! Replies leave with UDP GSO where the kernel offers it (Linux 4.18 and
+//! later; see the `mmsg` crate): the datagrams of a batch that go to one
+//! client and have one length (a long reply's 1400-byte datagrams, or many
+//! equal small replies) leave as one message that the kernel cuts apart at
+//! the very end, so its IP and device path runs once per group instead of
+//! once per datagram. Clients see the same datagrams either way, so it needs
+//! no flag: it is on wherever the socket accepts it, and a kernel that
+//! cannot do it costs one log line at start. `--udp-gso=off` exists only
+//! because it is one line of config: to measure the difference, or to
+//! sidestep a device that mishandles the offload.
+//!
 //! UDP replies can be far larger than requests (a 40-byte `get` can return a
 //! 1 MB value), which makes an open UDP port an amplification tool for
 //! spoofed traffic. That is why it is off unless `-U` names a port.
@@ -23,6 +34,7 @@
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -54,6 +66,10 @@ pub fn bind_udp(addr: SocketAddr) -> Result<UdpSocket> {
 const RECV_BATCH: usize = 32;
 /// Queued reply bytes that trigger a `sendmmsg` before the receive batch is done.
 const SEND_FLUSH_BYTES: usize = 256 * 1024;
+/// Queued reply datagrams that trigger a `sendmmsg` before the receive batch
+/// is done, with GSO: up to 64 go in one message, so one call still carries
+/// a few hundred (a batch of multi-gets makes many equal small ones).
+const GSO_FLUSH_DATAGRAMS: usize = 8 * MAX_BATCH;
 /// How long a full socket send buffer may hold up the worker, per wait.
 const SEND_STALL: Duration = Duration::from_millis(5);
 
@@ -69,22 +85,47 @@ pub struct UdpEndpoint {
     outbox: SendBatch,
     conn: Conn,
     message_ends: RefCell<Vec<(usize, bool)>>,
+    /// The kernel offers UDP GSO on `socket` (probed when it was bound).
+    gso_offered: bool,
+    /// `--udp-gso` has been applied: at the first [`UdpEndpoint::serve`],
+    /// the first place the settings reach.
+    gso_decided: bool,
 }
+
+/// Whether a GSO log line has been printed: one per process, not one per
+/// worker's socket.
+static GSO_LOGGED: AtomicBool = AtomicBool::new(false);
 
 impl UdpEndpoint {
     #[must_use]
     pub fn new(socket: UdpSocket) -> Self {
+        let gso_offered = match mmsg::probe_gso(socket.as_raw_fd()) {
+            Ok(()) => true,
+            Err(e) => {
+                if !GSO_LOGGED.swap(true, Ordering::Relaxed) {
+                    eprintln!("ferrocache: UDP GSO unavailable ({e}); UDP replies go out one packet per datagram");
+                }
+                false
+            }
+        };
         UdpEndpoint {
             socket,
             inbox: RecvBatch::new(RECV_BATCH, UDP_MAX_REQUEST_BYTES),
             outbox: SendBatch::new(),
             conn: Conn::new(),
             message_ends: RefCell::new(Vec::new()),
+            gso_offered,
+            gso_decided: false,
         }
     }
 
     /// Serve every datagram waiting on the socket.
     pub fn serve(&mut self, exec: &Exec<'_>) {
+        if !self.gso_decided {
+            self.gso_decided = true;
+            self.outbox
+                .set_gso(self.gso_offered && exec.shared.settings.udp_gso);
+        }
         let fd = self.socket.as_raw_fd();
         // Until WouldBlock: drained. Any other error (a pending ICMP error,
         // say) is no reason to stop serving; the next event retries.
@@ -169,7 +210,12 @@ fn answer(
             }
             if end > start || send_empty {
                 queue_message(outbox, request_id, &output[start..end], peer);
-                if outbox.len() >= MAX_BATCH || outbox.bytes() >= SEND_FLUSH_BYTES {
+                let max_datagrams = if outbox.gso() {
+                    GSO_FLUSH_DATAGRAMS
+                } else {
+                    MAX_BATCH
+                };
+                if outbox.len() >= max_datagrams || outbox.bytes() >= SEND_FLUSH_BYTES {
                     flush(outbox, fd, exec);
                 }
             }
@@ -191,8 +237,17 @@ fn flush(outbox: &mut SendBatch, fd: RawFd, exec: &Exec<'_>) {
     if outbox.is_empty() {
         return;
     }
+    let had_gso = outbox.gso();
     let done = outbox.flush(fd, SEND_STALL);
     bump(&exec.stats.bytes_written, done.bytes as u64);
+    if had_gso && !outbox.gso() && !GSO_LOGGED.swap(true, Ordering::Relaxed) {
+        // The probe passed but the route or device cannot: nothing was lost
+        // (the batch resent those datagrams without GSO), and it stays off.
+        let why = outbox
+            .gso_refusal()
+            .map_or_else(|| "no reason given".to_string(), |e| e.to_string());
+        eprintln!("ferrocache: the kernel refused UDP GSO ({why}); UDP replies go out one packet per datagram");
+    }
 }
 
 /// Queue one reply message as datagrams of at most 1400 bytes, each with the

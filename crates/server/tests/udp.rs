@@ -1,12 +1,14 @@
 //! UDP (`-U`) against Debian's memcached 1.6.18: the same datagrams go to both servers
 //! and the reply datagrams, frame headers included, must be byte-identical. Then the
 //! batched path: many requests in flight from several source ports at once, each reply
-//! matched to its request id.
+//! matched to its request id; and long replies (several datagrams each) in flight to
+//! several ports at once, which ferrocache sends with UDP GSO where the kernel offers it.
 
 mod common;
 
 use std::collections::HashMap;
 use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use common::{escape, ServerKind, ServerProcess};
@@ -296,4 +298,190 @@ fn many_requests_in_flight_from_many_ports_each_get_their_reply() {
     let stats = tcp.stats("");
     let hits: usize = stats["get_hits"].parse().unwrap();
     assert_eq!(hits, SOCKETS * IN_FLIGHT * ROUNDS);
+}
+
+/// Value sizes whose replies take 2, 4, 6 and 9 datagrams.
+const LONG_VALUE_BYTES: [usize; 4] = [2_000, 4_500, 7_000, 12_000];
+
+fn long_value(k: usize) -> Vec<u8> {
+    (0..LONG_VALUE_BYTES[k])
+        .map(|i| b'a' + ((i * 7 + k * 3) % 26) as u8)
+        .collect()
+}
+
+fn long_reply(k: usize) -> Vec<u8> {
+    let value = long_value(k);
+    let mut reply = format!("VALUE long{k} {k} {}\r\n", value.len()).into_bytes();
+    reply.extend_from_slice(&value);
+    reply.extend_from_slice(b"\r\nEND\r\n");
+    reply
+}
+
+/// One reply message being put together from its datagrams, which may come in any order.
+#[derive(Default)]
+struct Message {
+    total: usize,
+    parts: HashMap<usize, Vec<u8>>,
+}
+
+impl Message {
+    fn complete(&self) -> bool {
+        self.total > 0 && self.parts.len() == self.total
+    }
+
+    /// The payload in sequence order, and each datagram's length (header included).
+    fn reassemble(&self) -> (Vec<u8>, Vec<usize>) {
+        let mut whole = Vec::new();
+        let mut lens = Vec::new();
+        for seq in 0..self.total {
+            let d = &self.parts[&seq];
+            lens.push(d.len());
+            whole.extend_from_slice(&d[8..]);
+        }
+        (whole, lens)
+    }
+}
+
+/// Every socket asks for every long value at once, for a few rounds; every reply must
+/// reassemble to exactly the value. Returns each reply's datagram lengths, in request
+/// order, so that two servers can be compared.
+fn long_replies_to_many_ports(kind: ServerKind, extra: &[&str]) -> Vec<Vec<usize>> {
+    const SOCKETS: usize = 6;
+    const ROUNDS: usize = 4;
+    let (server, udp_port) = start(kind, extra);
+    let mut tcp = server.connect();
+    for k in 0..LONG_VALUE_BYTES.len() {
+        let value = long_value(k);
+        let mut set = format!("set long{k} {k} 0 {}\r\n", value.len()).into_bytes();
+        set.extend_from_slice(&value);
+        set.extend_from_slice(b"\r\n");
+        assert_eq!(tcp.request(&set), b"STORED\r\n");
+    }
+    let sockets: Vec<UdpSocket> = (0..SOCKETS).map(|_| client(udp_port)).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut layouts = Vec::new();
+    for round in 0..ROUNDS {
+        let id_of = |s: usize, k: usize| (round * 1000 + s * 10 + k) as u16;
+        for (s, socket) in sockets.iter().enumerate() {
+            for k in 0..LONG_VALUE_BYTES.len() {
+                let request = frame(id_of(s, k), 0, 1, format!("get long{k}\r\n").as_bytes());
+                socket.send(&request).expect("send");
+            }
+        }
+        for (s, socket) in sockets.iter().enumerate() {
+            let mut messages: HashMap<u16, Message> = HashMap::new();
+            let mut buf = vec![0u8; 65536];
+            socket
+                .set_read_timeout(Some(Duration::from_secs(2)))
+                .unwrap();
+            let complete = |m: &HashMap<u16, Message>| m.values().filter(|m| m.complete()).count();
+            while complete(&messages) < LONG_VALUE_BYTES.len() {
+                assert!(Instant::now() < deadline, "out of time");
+                let n = socket.recv(&mut buf).unwrap_or_else(|e| {
+                    panic!(
+                        "{}: socket {s}, round {round}: {} of {} replies complete, then {e}",
+                        server.describe(),
+                        complete(&messages),
+                        LONG_VALUE_BYTES.len()
+                    )
+                });
+                let d = &buf[..n];
+                assert!((8..=1400).contains(&n), "a datagram of {n} bytes");
+                let id = u16::from_be_bytes([d[0], d[1]]);
+                let seq = usize::from(u16::from_be_bytes([d[2], d[3]]));
+                let total = usize::from(u16::from_be_bytes([d[4], d[5]]));
+                assert_eq!(&d[6..8], &[0, 0]);
+                assert!(
+                    (0..LONG_VALUE_BYTES.len()).any(|k| id_of(s, k) == id),
+                    "socket {s} got a reply to id {id}"
+                );
+                let message = messages.entry(id).or_default();
+                assert!(
+                    message.total == 0 || message.total == total,
+                    "total changed"
+                );
+                message.total = total;
+                assert!(seq < total, "sequence {seq} of {total}");
+                assert!(
+                    message.parts.insert(seq, d.to_vec()).is_none(),
+                    "id {id}: datagram {seq} twice"
+                );
+            }
+            for k in 0..LONG_VALUE_BYTES.len() {
+                let (whole, lens) = messages[&id_of(s, k)].reassemble();
+                assert!(
+                    whole == long_reply(k),
+                    "{}: socket {s}, round {round}, long{k}: {} bytes reassembled, {} wanted, \
+                     or the bytes differ",
+                    server.describe(),
+                    whole.len(),
+                    long_reply(k).len()
+                );
+                layouts.push(lens);
+            }
+        }
+    }
+    assert_eq!(
+        tcp.stats("")["get_hits"],
+        (SOCKETS * ROUNDS * LONG_VALUE_BYTES.len()).to_string()
+    );
+    layouts
+}
+
+/// Multi-datagram replies (memcached's 1400-byte split) to several ports at once: every
+/// reply reassembles byte for byte, with memcached's datagram boundaries, from ferrocache
+/// with UDP GSO (the default where the kernel offers it) and without it.
+#[test]
+fn long_replies_to_many_ports_at_once_reassemble_byte_exactly() {
+    let want = long_replies_to_many_ports(ServerKind::Memcached, &[]);
+    assert!(
+        want.iter().all(|lens| lens.len() >= 2),
+        "every reply takes several datagrams"
+    );
+    for extra in [&[][..], &["--udp-gso=off"][..]] {
+        let got = long_replies_to_many_ports(ServerKind::Ferrocache, extra);
+        assert_eq!(
+            got, want,
+            "datagram lengths, ferrocache {extra:?} against memcached"
+        );
+    }
+}
+
+/// A receiver that asks for GRO is handed a GSO group whole: a long reply then arrives
+/// as one packet of its datagrams back to back, which shows that ferrocache sent it
+/// with GSO; with `--udp-gso=off` it arrives as separate datagrams.
+#[test]
+fn a_long_reply_leaves_as_one_gso_packet_unless_turned_off() {
+    let value = long_value(2);
+    let mut set = format!("set long2 2 0 {}\r\n", value.len()).into_bytes();
+    set.extend_from_slice(&value);
+    set.extend_from_slice(b"\r\n");
+    for (extra, setting) in [(&[][..], "on"), (&["--udp-gso=off"][..], "off")] {
+        let (server, udp_port) = start(ServerKind::Ferrocache, extra);
+        assert_eq!(server.stats("settings")["udp_gso"], setting);
+        assert_eq!(server.connect().request(&set), b"STORED\r\n");
+        let socket = client(udp_port);
+        mmsg::set_gro(socket.as_raw_fd(), true).expect("UDP_GRO on the client socket");
+        socket.send(&frame(9, 0, 1, b"get long2\r\n")).unwrap();
+        let packets = collect(&socket);
+        let sizes: Vec<usize> = packets.iter().map(Vec::len).collect();
+        // Either way the bytes are memcached's six datagrams, back to back.
+        let whole = packets.concat();
+        let datagrams: Vec<&[u8]> = whole.chunks(1400).collect();
+        assert_eq!(datagrams.len(), 6);
+        let mut payload = Vec::new();
+        for (seq, d) in datagrams.iter().enumerate() {
+            assert_eq!(&d[..8], &frame(9, seq as u16, 6, b"")[..]);
+            payload.extend_from_slice(&d[8..]);
+        }
+        assert!(payload == long_reply(2), "the reply's bytes differ");
+        if setting == "on" {
+            assert_eq!(sizes, [whole.len()], "one GSO packet");
+        } else {
+            assert_eq!(
+                sizes,
+                [1400, 1400, 1400, 1400, 1400, whole.len() - 5 * 1400]
+            );
+        }
+    }
 }
