@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use protocol::text::{DetailOp, GetCommand, Keys, Request, StatsGroup, StoreCommand, MAX_KEY_LEN};
 use storage::{
-    ArithOutcome, ItemRef, KeyHash, Lookup, Store, StoreMode, StoreOutcome, PREFETCH_DISTANCE,
+    ArithOutcome, ItemRef, KeyHash, Lookup, Peeked, Store, StoreMode, StoreOutcome,
+    PREFETCH_DISTANCE,
 };
 
 use crate::clock::Clock;
@@ -287,32 +288,29 @@ impl Exec<'_> {
         let mut discard = false;
         // Counted here and added to the worker's counters once per command.
         let mut tally = GetTally::default();
-        // A software pipeline over the keys of a multi-get: while key n is looked up,
-        // the record of key n + D and the index bucket of key n + 2D are prefetched
-        // (D = PREFETCH_DISTANCE), each stage with its own clone of the key iterator,
-        // so that the cache misses of many keys overlap. Not for one key (nothing to
-        // overlap) or the null store.
-        let mut ahead = (self.shared.settings.null_store.is_none()
+        // Group prefetching over the keys of a multi-get: the keys are taken CHUNK at a
+        // time; each chunk is parsed and hashed and its index buckets prefetched, then
+        // its records are found (without locks) and prefetched, and only then are its
+        // keys looked up, so that the cache misses of a chunk overlap. Not for one key
+        // (nothing to overlap) or the null store.
+        let mut chunk = (self.shared.settings.null_store.is_none()
             && keys.clone().nth(1).is_some())
-        .then(|| Ahead::new(keys.clone()));
-        let mut looked_up = 0usize;
+        .then(|| Chunk::new(keys.clone()));
         loop {
-            // With the pipeline, the key was parsed and hashed by its first stage.
-            let (key, hashed) = match &mut ahead {
-                Some(a) => {
-                    a.run(self.store(), looked_up);
-                    let Some(slot) = a.take(looked_up) else {
+            // With the chunks, the key was parsed and hashed on its way into one.
+            let (key, hashed, peeked) = match &mut chunk {
+                Some(c) => {
+                    let Some(slot) = c.next(self.store()) else {
                         break;
                     };
                     keys.skip_to(slot.end);
-                    (slot.key, slot.hash)
+                    (slot.key, Some(slot.hash), slot.peeked)
                 }
                 None => match keys.next() {
-                    Some(key) => (key, None),
+                    Some(key) => (key, None, Peeked::default()),
                     None => break,
                 },
             };
-            looked_up += 1;
             if key.len() > MAX_KEY_LEN {
                 // memcached drops every reply not yet written, then errors.
                 tally.add_to(self.stats, touch);
@@ -339,10 +337,10 @@ impl Exec<'_> {
             } else if touch {
                 let h = hashed.unwrap_or_else(|| self.store().hash(key));
                 self.store()
-                    .get_and_touch_hashed(key, h, new_exptime, now, compose)
+                    .get_and_touch_hashed(key, h, peeked, new_exptime, now, compose)
             } else {
                 let h = hashed.unwrap_or_else(|| self.store().hash(key));
-                self.store().get_hashed(key, h, now, compose)
+                self.store().get_hashed(key, h, peeked, now, compose)
             };
             tally.lookups += 1;
             match lookup {
@@ -509,86 +507,88 @@ impl GetTally {
     }
 }
 
-/// Keys parsed ahead of the lookups; more than the 2 x PREFETCH_DISTANCE keys that
-/// stage one runs ahead.
-const RING: usize = 4 * PREFETCH_DISTANCE;
+/// Keys a multi-get prefetches together: each stage issues this many misses back to
+/// back, enough to cover a memory access and within a core's queue of misses.
+const CHUNK: usize = 2 * PREFETCH_DISTANCE;
 
-/// One key parsed by stage one.
+/// One key of a [`Chunk`].
 #[derive(Clone, Copy)]
 struct Parsed<'a> {
     key: &'a [u8],
     /// [`Keys::position`] after the key.
     end: usize,
-    /// `None` for a key too long to look up.
-    hash: Option<KeyHash>,
+    /// The key's hash; the default for a key too long to look up.
+    hash: KeyHash,
+    /// Where the record stage saw the key's entry.
+    peeked: Peeked,
 }
 
-/// The two prefetch stages of [`Exec::get`]'s pipeline. Stage one parses and hashes
-/// each key (the only parse and hash it gets) and prefetches its index bucket; stage
-/// two, closer to the lookups, prefetches its record; the lookup loop then takes the
-/// key and its hash from the ring.
-struct Ahead<'a> {
+/// The keys of a multi-get, [`CHUNK`] at a time, prefetched in two stages before the
+/// first of them is looked up: parse and hash each key (the only parse and hash it
+/// gets) and prefetch its index bucket; then, the buckets having arrived meanwhile,
+/// find each key's entry without the lock and prefetch its record.
+struct Chunk<'a> {
     keys: Keys<'a>,
-    /// Key `n` at `n % RING`.
-    ring: [Parsed<'a>; RING],
-    /// Keys each stage has passed.
-    indexed: usize,
-    recorded: usize,
-    /// Stage one reached the end of the keys.
-    done: bool,
+    parsed: [Parsed<'a>; CHUNK],
+    len: usize,
+    /// The next key to hand out.
+    at: usize,
 }
 
-impl<'a> Ahead<'a> {
+impl<'a> Chunk<'a> {
     fn new(keys: Keys<'a>) -> Self {
-        Ahead {
+        Chunk {
             keys,
-            ring: [Parsed {
+            parsed: [Parsed {
                 key: &[],
                 end: 0,
-                hash: None,
-            }; RING],
-            indexed: 0,
-            recorded: 0,
-            done: false,
+                hash: KeyHash::default(),
+                peeked: Peeked::default(),
+            }; CHUNK],
+            len: 0,
+            at: 0,
         }
     }
 
-    /// Bring both stages to their distance ahead of `looked_up` keys.
+    /// The next key, prefetched; `None` after the last.
     #[inline]
-    fn run(&mut self, store: &Store, looked_up: usize) {
-        while !self.done && self.indexed < looked_up + 2 * PREFETCH_DISTANCE {
+    fn next(&mut self, store: &Store) -> Option<Parsed<'a>> {
+        if self.at == self.len && !self.fill(store) {
+            return None;
+        }
+        self.at += 1;
+        Some(self.parsed[self.at - 1])
+    }
+
+    /// Parse and prefetch the next chunk of keys; false when none are left.
+    #[inline]
+    fn fill(&mut self, store: &Store) -> bool {
+        self.len = 0;
+        self.at = 0;
+        while self.len < CHUNK {
             let Some(key) = self.keys.next() else {
-                self.done = true;
                 break;
             };
             // Too long: the lookup loop reports it and never gets further.
-            let hash = (key.len() <= MAX_KEY_LEN).then(|| {
-                let h = store.hash(key);
-                store.prefetch_index(h);
-                h
-            });
-            self.ring[self.indexed % RING] = Parsed {
+            let mut hash = KeyHash::default();
+            if key.len() <= MAX_KEY_LEN {
+                hash = store.hash(key);
+                store.prefetch_index(hash);
+            }
+            self.parsed[self.len] = Parsed {
                 key,
                 end: self.keys.position(),
                 hash,
+                peeked: Peeked::default(),
             };
-            self.indexed += 1;
+            self.len += 1;
         }
-        while self.recorded < (looked_up + PREFETCH_DISTANCE).min(self.indexed) {
-            let p = &self.ring[self.recorded % RING];
-            if let Some(h) = p.hash {
-                store.prefetch_record(h, p.key.len());
+        for p in &mut self.parsed[..self.len] {
+            if p.key.len() <= MAX_KEY_LEN {
+                p.peeked = store.prefetch_record(p.hash, p.key.len());
             }
-            self.recorded += 1;
         }
-    }
-
-    /// Key `n` (counting from 0), once [`Ahead::run`] has passed it; `None` after the
-    /// last key.
-    #[inline]
-    fn take(&self, n: usize) -> Option<Parsed<'a>> {
-        debug_assert!(n + RING > self.indexed);
-        (n < self.indexed).then(|| self.ring[n % RING])
+        self.len > 0
     }
 }
 

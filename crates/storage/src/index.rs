@@ -22,12 +22,12 @@
 //! Statistics that change with items (`curr_items`, `bytes`, `evictions`, ...) are kept
 //! per shard, under the same lock, so no global counter is touched per request.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::segment::prefetch_line;
-use crate::table::IndexTable;
+use crate::table::{self, Bucket, IndexTable, Pos};
 
 /// Pack a location into an index entry.
 #[inline]
@@ -117,13 +117,28 @@ impl ShardSlot {
     }
 }
 
-/// Where one shard's table buckets are ([`IndexTable::prefetch_hint`] as of the last
+/// Where one shard's table buckets are ([`IndexTable::published`] as of the last
 /// unlock), readable without the lock. The hints of all shards sit in one small array
 /// apart from the locks, so reading one rarely misses the cache.
 #[derive(Default)]
 pub(crate) struct Hint {
-    base: AtomicUsize,
-    mask: AtomicUsize,
+    published: AtomicPtr<Bucket>,
+}
+
+impl Hint {
+    /// Without locking: the first entry on hash `h`'s probe path whose tag matches,
+    /// and its position; a guess to prefetch by and to check under the lock.
+    #[inline]
+    pub fn peek(&self, h: u64) -> Option<(Pos, u64)> {
+        // Acquire: pairs with the release in `ShardGuard::drop`, so the bucket array the
+        // word names is seen initialised.
+        let published = self.published.load(Ordering::Acquire);
+        // SAFETY: hints exist only inside a `Store`, beside the shards whose tables publish
+        // into them (in `ShardGuard::drop`), so the word is 0 or came from this shard's
+        // table. That table keeps every bucket array it published until it is dropped,
+        // which happens only with the store, and `self` borrows the store.
+        unsafe { table::peek(published, h) }
+    }
 }
 
 /// A shard and its hint.
@@ -134,21 +149,14 @@ pub(crate) struct ShardRef<'a> {
 }
 
 impl<'a> ShardRef<'a> {
-    /// Lock the shard. A panic while holding a shard lock (only possible through a bug or
-    /// a panicking `get` callback) leaves the index consistent, so poisoning is ignored.
+    /// Lock the shard. The lock does not poison: a panic while holding it (only possible
+    /// through a bug or a panicking `get` callback) leaves the index consistent.
     #[inline]
     pub fn lock(self) -> ShardGuard<'a> {
         ShardGuard {
-            guard: self.slot.0.lock().unwrap_or_else(|e| e.into_inner()),
+            guard: self.slot.0.lock(),
             hint: self.hint,
         }
-    }
-
-    /// Lock the shard to read it only: the table cannot move, so the guard has no hint
-    /// to publish when it is dropped.
-    #[inline]
-    pub fn lock_read(self) -> MutexGuard<'a, Shard> {
-        self.slot.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Prefetch the shard's lock word and the table bucket where hash `h` starts,
@@ -156,10 +164,9 @@ impl<'a> ShardRef<'a> {
     #[inline]
     pub fn prefetch(self, h: u64) {
         prefetch_line(self.slot as *const ShardSlot as usize);
-        let base = self.hint.base.load(Ordering::Relaxed);
-        if base != 0 {
-            let mask = self.hint.mask.load(Ordering::Relaxed);
-            prefetch_line(base.wrapping_add((h as usize & mask) * 64));
+        let published = self.hint.published.load(Ordering::Relaxed);
+        if !published.is_null() {
+            prefetch_line(table::prefetch_address(published, h));
         }
     }
 }
@@ -190,9 +197,9 @@ impl Drop for ShardGuard<'_> {
     fn drop(&mut self) {
         // Runs before `guard` unlocks, so hints change only under the lock.
         if self.guard.table.take_moved() {
-            let (base, mask) = self.guard.table.prefetch_hint();
-            self.hint.base.store(base, Ordering::Relaxed);
-            self.hint.mask.store(mask, Ordering::Relaxed);
+            self.hint
+                .published
+                .store(self.guard.table.published(), Ordering::Release);
         }
     }
 }

@@ -1,4 +1,6 @@
-//! Raw segment memory shared between threads: the only `unsafe` code in the crate.
+//! Raw segment memory shared between threads, and the crate's other raw-memory
+//! helpers (prefetch, page release). With `table::peek` the only `unsafe` code in the
+//! crate.
 //!
 //! A segment is one fixed-size byte buffer, allocated zeroed on first use (so pages that
 //! were never written are not resident) and freed only when the store is dropped.
@@ -137,10 +139,15 @@ impl SegmentMem {
         if p.is_null() || len == 0 {
             return;
         }
-        let first = (p as usize).wrapping_add(off) & !63;
-        let end = (p as usize).wrapping_add(off).wrapping_add(len);
-        let mut line = first;
-        while line < end {
+        let start = (p as usize).wrapping_add(off);
+        let last = start.wrapping_add(len - 1) & !63;
+        // The first two lines and the last without a loop: that covers the usual case of
+        // a header, key and value start of up to three lines.
+        prefetch_line(start);
+        prefetch_line(start.wrapping_add(64));
+        prefetch_line(last);
+        let mut line = (start & !63).wrapping_add(128);
+        while line < last {
             prefetch_line(line);
             line += 64;
         }
@@ -162,6 +169,33 @@ pub(crate) fn prefetch_line(addr: usize) {
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     let _ = addr;
+}
+
+/// Give the whole pages inside `ptr..ptr + len` back to the kernel, keeping the
+/// mapping: they read as zeros afterwards and cost no memory until written again.
+/// For bucket arrays the index has outgrown (see `IndexTable::grow`). Does nothing
+/// under Miri or off Linux.
+///
+/// # Safety
+///
+/// The caller owns the range, writes nothing to it any more, and everything in it may
+/// change to zero at any time without a write by this program: here, atomics that
+/// lock-free readers only take as hints.
+pub(crate) unsafe fn release_pages(ptr: *const u8, len: usize) {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    {
+        const PAGE: usize = 4096;
+        let start = (ptr as usize).next_multiple_of(PAGE);
+        let end = (ptr as usize + len) & !(PAGE - 1);
+        if end > start {
+            // SAFETY: whole pages inside the caller's range (see the contract);
+            // MADV_DONTNEED on private anonymous or heap memory keeps it mapped and
+            // makes it read as zeros. A failure only means the memory stays resident.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        }
+    }
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    let _ = (ptr, len);
 }
 
 impl Drop for SegmentMem {

@@ -20,7 +20,7 @@ use crate::item::{
 };
 use crate::pool::{GroupSlot, PoolState, Reservation, SegmentMeta};
 use crate::segment::SegmentMem;
-use crate::table::Entry;
+use crate::table::{Entry, Pos};
 use crate::{
     ArithOutcome, BuildError, ItemRef, Lookup, RelTime, StoreMode, StoreOutcome, StoreStats,
 };
@@ -42,13 +42,35 @@ pub const MEMCACHED_ITEM_OVERHEAD_BYTES: usize = 59;
 
 const SEGMENT_ROUND_BYTES: usize = 4096;
 const MAX_SHARDS: usize = 4096;
-/// Keys between the stages of a pipelined multi-get ([`Store::prefetch_index`],
-/// [`Store::prefetch_record`], [`Store::get_hashed`]): at a few hundred cycles of work per key,
-/// eight keys cover a memory miss, and sixteen misses in flight fit a core's miss queue.
+/// Keys between the stages of a prefetched multi-get ([`Store::prefetch_index`],
+/// [`Store::prefetch_record`], [`Store::get_hashed`]): at a few hundred cycles of work per
+/// key, eight keys cover a memory miss, and sixteen misses in flight fit a core's miss
+/// queue, so callers prefetch chunks of up to twice this many keys.
 pub const PREFETCH_DISTANCE: usize = 8;
 
+/// Where [`Store::prefetch_record`] saw a key's entry without the lock: a guess that
+/// the lookup checks under the lock (one load) before searching the bucket itself.
+#[derive(Clone, Copy, Debug)]
+pub struct Peeked {
+    /// `Pos::MAX` when nothing was seen.
+    pos: Pos,
+    e: u64,
+}
+
+impl Default for Peeked {
+    fn default() -> Peeked {
+        Peeked {
+            pos: Pos::MAX,
+            e: 0,
+        }
+    }
+}
+
 /// A key's hash in one store ([`Store::hash`]); only that store's calls accept it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// The default value is the hash of no key: a placeholder for slots that hold a key
+/// too long to look up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeyHash(u64);
 
 /// The cache engine, shared by all worker threads through `Arc<Store>`.
@@ -59,7 +81,10 @@ pub struct KeyHash(u64);
 pub struct Store {
     pub(crate) seed: u64,
     pub(crate) shards: Box<[ShardSlot]>,
-    hints: Box<[Hint]>,
+    /// One per possible shard, so that an index masked to `MAX_SHARDS - 1` needs no
+    /// bounds check; only the first `shard_mask + 1` are used (32 KiB in all, and the
+    /// pages of unused ones are never touched).
+    hints: Box<[Hint; MAX_SHARDS]>,
     pub(crate) shard_mask: usize,
     pub(crate) segments: Box<[SegmentMeta]>,
     pub(crate) segment_size: usize,
@@ -155,7 +180,11 @@ impl StoreBuilder {
         Ok(Store {
             seed: RandomState::new().hash_one(0x5EED_u64),
             shards: (0..shards).map(|_| ShardSlot::new()).collect(),
-            hints: (0..shards).map(|_| Hint::default()).collect(),
+            hints: (0..MAX_SHARDS)
+                .map(|_| Hint::default())
+                .collect::<Box<[Hint]>>()
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("MAX_SHARDS hints")),
             shard_mask: shards - 1,
             segments: (0..count).map(|_| SegmentMeta::new(segment_size)).collect(),
             segment_size,
@@ -213,7 +242,7 @@ impl Store {
     /// Look up `key`; on a hit call `f` with the item and mark it fetched and accessed.
     /// `f` runs under the shard lock: it must be short (copy the bytes out, nothing more).
     pub fn get<R>(&self, key: &[u8], now: RelTime, f: impl FnOnce(ItemRef<'_>) -> R) -> Lookup<R> {
-        self.get_inner(key, self.hash(key), None, now, f)
+        self.get_inner(key, self.hash(key), Peeked::default(), None, now, f)
     }
 
     /// The hash of `key` in this store, for the pipelined calls below: a multi-get
@@ -223,9 +252,9 @@ impl Store {
         KeyHash(hash_key(self.seed, key))
     }
 
-    /// First stage of a software-pipelined multi-get: prefetch the shard lock word and
-    /// the index bucket of a key, without locking. Call it about
-    /// 2 x [`PREFETCH_DISTANCE`] keys before the key's lookup.
+    /// First stage of a prefetched multi-get: prefetch the shard lock word and the index
+    /// bucket of a key, without locking. Call it for a chunk of up to
+    /// 2 x [`PREFETCH_DISTANCE`] keys before [`Store::prefetch_record`] for the same keys.
     ///
     /// A lookup of a key not in cache waits for three misses in a row (bucket, record,
     /// lock word), and the full barrier of each lock keeps the misses of the next key
@@ -237,30 +266,34 @@ impl Store {
         self.shard_for(h.0).prefetch(h.0);
     }
 
-    /// Second stage, about [`PREFETCH_DISTANCE`] keys before the lookup, once the bucket
-    /// has arrived: under the shard lock, find the record the bucket points at for the
-    /// key (by tag, without reading the key) and prefetch its header, key and the start
-    /// of its value. Changes nothing.
+    /// Second stage, for the same chunk of keys, once their buckets have arrived: without
+    /// the lock, find the entry the bucket holds for the key (by
+    /// tag, without reading the key) and prefetch its record's header, key and the
+    /// start of its value. Changes nothing; returns what it found, for the lookup to
+    /// check under the lock before it searches the bucket itself.
     #[inline]
-    pub fn prefetch_record(&self, h: KeyHash, key_len: usize) {
-        let candidate = self.shard_for(h.0).lock_read().table.first_candidate(h.0);
-        if let Some(e) = candidate {
+    pub fn prefetch_record(&self, h: KeyHash, key_len: usize) -> Peeked {
+        let found = self.hints[((h.0 >> 40) as usize & self.shard_mask) % MAX_SHARDS].peek(h.0);
+        if let Some((_, e)) = found {
             let (seg, off) = unpack(e);
             let len = item::HEADER_BYTES + item::FLAGS_BYTES + key_len + 64;
             self.mem(seg).prefetch(off as usize, len);
         }
+        found.map_or_else(Peeked::default, |(pos, e)| Peeked { pos, e })
     }
 
-    /// [`Store::get`] with the key's hash already computed by [`Store::hash`].
+    /// [`Store::get`] with the key's hash already computed by [`Store::hash`], and
+    /// where [`Store::prefetch_record`] saw the key (or `Peeked::default()`).
     #[inline]
     pub fn get_hashed<R>(
         &self,
         key: &[u8],
         h: KeyHash,
+        peeked: Peeked,
         now: RelTime,
         f: impl FnOnce(ItemRef<'_>) -> R,
     ) -> Lookup<R> {
-        self.get_inner(key, h, None, now, f)
+        self.get_inner(key, h, peeked, None, now, f)
     }
 
     /// memcached `gat`/`gats`: on a hit, set the new exptime first, then call `f`.
@@ -271,26 +304,39 @@ impl Store {
         now: RelTime,
         f: impl FnOnce(ItemRef<'_>) -> R,
     ) -> Lookup<R> {
-        self.get_inner(key, self.hash(key), Some(exptime), now, f)
+        self.get_inner(
+            key,
+            self.hash(key),
+            Peeked::default(),
+            Some(exptime),
+            now,
+            f,
+        )
     }
 
-    /// [`Store::get_and_touch`] with the key's hash already computed.
+    /// [`Store::get_and_touch`] with the key's hash already computed, and where
+    /// [`Store::prefetch_record`] saw it.
     #[inline]
     pub fn get_and_touch_hashed<R>(
         &self,
         key: &[u8],
         h: KeyHash,
+        peeked: Peeked,
         exptime: RelTime,
         now: RelTime,
         f: impl FnOnce(ItemRef<'_>) -> R,
     ) -> Lookup<R> {
-        self.get_inner(key, h, Some(exptime), now, f)
+        self.get_inner(key, h, peeked, Some(exptime), now, f)
     }
 
+    // Inlined: a multi-get calls it once per key, and the call's prologue, epilogue
+    // and argument shuffling were a tenth of the key's instructions.
+    #[inline(always)]
     fn get_inner<R>(
         &self,
         key: &[u8],
         h: KeyHash,
+        peeked: Peeked,
         exptime: Option<RelTime>,
         now: RelTime,
         f: impl FnOnce(ItemRef<'_>) -> R,
@@ -303,7 +349,8 @@ impl Store {
         let h = h.0;
         const MARKS: u8 = MARK_FETCHED | MARK_ACCESSED;
         let mut shard = self.shard_for(h).lock();
-        let (e, hdr, mut bytes) = match self.do_find_live_record(&mut shard, h, key, now) {
+        let (e, hdr, mut bytes) = match self.find_live_record_from(&mut shard, h, key, peeked, now)
+        {
             Ok(found) => found,
             Err(miss) => return miss.map_never(),
         };
@@ -758,7 +805,7 @@ impl Store {
     pub(crate) fn shard_at(&self, i: usize) -> ShardRef<'_> {
         ShardRef {
             slot: &self.shards[i],
-            hint: &self.hints[i],
+            hint: &self.hints[i % MAX_SHARDS],
         }
     }
 
@@ -894,13 +941,35 @@ impl Store {
         key: &[u8],
         now: RelTime,
     ) -> Result<(u64, Header, &[u8]), Lookup<std::convert::Infallible>> {
+        self.find_live_record_from(shard, h, key, Peeked::default(), now)
+    }
+
+    /// [`Store::do_find_live_record`] that first tries where `peeked` saw the key: if
+    /// that slot still holds the same entry and its key is `key`, the bucket is not
+    /// searched.
+    #[inline(always)]
+    fn find_live_record_from(
+        &self,
+        shard: &mut Shard,
+        h: u64,
+        key: &[u8],
+        peeked: Peeked,
+        now: RelTime,
+    ) -> Result<(u64, Header, &[u8]), Lookup<std::convert::Infallible>> {
         let Shard { table, stats, .. } = shard;
-        // A loop of our own over the candidates, so that the key comparison inlines.
         let mut found = None;
-        for (pos, e) in table.candidates(h) {
-            if let Some(record) = self.record_if_key(e, key) {
-                found = Some((pos, e, record));
-                break;
+        let Peeked { pos, e } = peeked;
+        // `get` is `None` for `Pos::MAX`.
+        if table.get(pos) == Some(e) {
+            found = self.record_if_key(e, key).map(|record| (pos, e, record));
+        }
+        if found.is_none() {
+            // A loop of our own over the candidates, so that the key comparison inlines.
+            for (pos, e) in table.candidates(h) {
+                if let Some(record) = self.record_if_key(e, key) {
+                    found = Some((pos, e, record));
+                    break;
+                }
             }
         }
         let Some((pos, e, record)) = found else {
