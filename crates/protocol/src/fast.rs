@@ -35,6 +35,50 @@ fn low_bytes(bits: usize) -> u64 {
     (1u64 << bits) - 1
 }
 
+/// 16-byte scans with SSE2, which every x86-64 CPU has: a 20-byte key takes two
+/// compares instead of three 8-byte words, at about half the instructions per word.
+#[cfg(target_arch = "x86_64")]
+mod sse2 {
+    use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_movemask_epi8};
+
+    /// The index of the first byte of `s[from..]` whose byte of `hits(16 bytes)` is
+    /// all ones: `Ok(None)` when there is none. `Err(i)` when `s` is shorter than 16
+    /// bytes (or `from` is past its end): the caller scans from `i` another way.
+    #[inline(always)]
+    pub(super) fn scan(
+        s: &[u8],
+        from: usize,
+        hits: impl Fn(__m128i) -> __m128i,
+    ) -> Result<Option<usize>, usize> {
+        // SAFETY: SSE2 is enabled on every x86-64 target. Each load reads the 16 bytes
+        // `s[at..at + 16]`, with `at + 16 <= s.len()` checked before it; `loadu` has no
+        // alignment requirement.
+        let mask = |at: usize| unsafe {
+            let v = _mm_loadu_si128(s.as_ptr().add(at).cast());
+            _mm_movemask_epi8(hits(v)) as u32
+        };
+        let mut i = from;
+        if s.len() < 16 || i > s.len() {
+            return Err(i);
+        }
+        while s.len() - i >= 16 {
+            let m = mask(i);
+            if m != 0 {
+                return Ok(Some(i + m.trailing_zeros() as usize));
+            }
+            i += 16;
+        }
+        if i == s.len() {
+            return Ok(None);
+        }
+        // The last 16 bytes, overlapping bytes before `i`, which are shifted out (a
+        // byte compare has no borrow between bytes, unlike the SWAR scans, so nothing
+        // else needs masking).
+        let m = mask(s.len() - 16) >> (16 - (s.len() - i));
+        Ok((m != 0).then(|| i + m.trailing_zeros() as usize))
+    }
+}
+
 /// Index of the first byte of `s[from..]` that is a space or an ASCII control
 /// byte (`<= b' '`), eight bytes at a time.
 ///
@@ -44,6 +88,28 @@ fn low_bytes(bits: usize) -> u64 {
 #[inline(always)]
 #[must_use]
 pub fn find_delimiter(s: &[u8], from: usize) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_cmpeq_epi8, _mm_min_epu8, _mm_set1_epi8};
+        // SAFETY: SSE2 is enabled on every x86-64 target.
+        let space = unsafe { _mm_set1_epi8(b' ' as i8) };
+        // A byte is at most b' ' exactly when the unsigned minimum of it and b' ' is
+        // itself. SAFETY: as above.
+        match sse2::scan(s, from, |v| unsafe {
+            _mm_cmpeq_epi8(_mm_min_epu8(v, space), v)
+        }) {
+            Ok(found) => found,
+            Err(i) => find_delimiter_swar(s, i),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    find_delimiter_swar(s, from)
+}
+
+/// [`find_delimiter`] eight bytes at a time in a `u64`, on any target.
+#[inline(always)]
+#[must_use]
+pub fn find_delimiter_swar(s: &[u8], from: usize) -> Option<usize> {
     let hits = |w: u64| w.wrapping_sub(LO * 0x21) & !w & HI;
     let mut i = from;
     while i + 8 <= s.len() {
@@ -69,11 +135,36 @@ pub fn find_delimiter(s: &[u8], from: usize) -> Option<usize> {
     s[i..].iter().position(|&b| b <= b' ').map(|p| i + p)
 }
 
-/// Index of the first `byte` in `s[from..]`, eight bytes at a time (short
-/// haystacks: a key in a multi-get line), `s.len()` when there is none.
+/// Index of the first `byte` in `s[from..]`, `s.len()` when there is none: for
+/// short haystacks (a key in a multi-get line), where a `memchr` call costs more
+/// than the scan.
+///
+/// On x86-64, 16 bytes at a time with SSE2 (part of the architecture's
+/// baseline, so always there): a 20-byte key takes two compares instead of three
+/// 8-byte words, at about half the instructions per word. Elsewhere, and for the
+/// last bytes of a short line, [`find_byte_or_end_swar`].
 #[inline(always)]
 #[must_use]
 pub fn find_byte_or_end(s: &[u8], from: usize, byte: u8) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_cmpeq_epi8, _mm_set1_epi8};
+        // SAFETY: SSE2 is enabled on every x86-64 target.
+        let pattern = unsafe { _mm_set1_epi8(byte as i8) };
+        // SAFETY: as above.
+        match sse2::scan(s, from, |v| unsafe { _mm_cmpeq_epi8(v, pattern) }) {
+            Ok(found) => found.unwrap_or(s.len()),
+            Err(i) => find_byte_or_end_swar(s, i, byte),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    find_byte_or_end_swar(s, from, byte)
+}
+
+/// [`find_byte_or_end`] eight bytes at a time in a `u64`, on any target.
+#[inline(always)]
+#[must_use]
+pub fn find_byte_or_end_swar(s: &[u8], from: usize, byte: u8) -> usize {
     let pattern = LO * u64::from(byte);
     // High bit of every zero byte of `x` (the lowest one exact, as in `find_delimiter`).
     let zeros = |x: u64| x.wrapping_sub(LO) & !x & HI;
@@ -386,8 +477,8 @@ mod tests {
             b' ', b'!', 0x1f, 0x00, 0x01, b'\t', b'"', b'a', 0xff, 0x80, 0x21, 0x22,
         ];
         let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
-        for _ in 0..20_000 {
-            let len = (next() % 25) as usize;
+        for _ in 0..if cfg!(miri) { 200 } else { 20_000 } {
+            let len = (next() % 41) as usize;
             let text: Vec<u8> = (0..len)
                 .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
                 .collect();
@@ -395,12 +486,22 @@ mod tests {
                 let rest = &text[from..];
                 let want = rest.iter().position(|&b| b <= b' ').map(|i| i + from);
                 assert_eq!(find_delimiter(&text, from), want, "{text:?} from {from}");
+                assert_eq!(
+                    find_delimiter_swar(&text, from),
+                    want,
+                    "{text:?} from {from}"
+                );
                 let want = rest
                     .iter()
                     .position(|&b| b == b' ')
                     .map_or(len, |i| i + from);
                 assert_eq!(
                     find_byte_or_end(&text, from, b' '),
+                    want,
+                    "{text:?} from {from}"
+                );
+                assert_eq!(
+                    find_byte_or_end_swar(&text, from, b' '),
                     want,
                     "{text:?} from {from}"
                 );

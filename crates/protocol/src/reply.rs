@@ -72,10 +72,10 @@ unsafe fn copy_short(dst: *mut u8, src: &[u8]) {
         if n > 32 {
             ptr::copy_nonoverlapping(s, dst, n);
         } else if n >= 16 {
-            let head = ptr::read_unaligned(s.cast::<[u8; 16]>());
-            let tail = ptr::read_unaligned(s.add(n - 16).cast::<[u8; 16]>());
-            ptr::write_unaligned(dst.cast::<[u8; 16]>(), head);
-            ptr::write_unaligned(dst.add(n - 16).cast::<[u8; 16]>(), tail);
+            // Fixed-size copies: one 16-byte load and store each. (Reading both halves
+            // into `[u8; 16]` locals first made the compiler bounce them off the stack.)
+            ptr::copy_nonoverlapping(s, dst, 16);
+            ptr::copy_nonoverlapping(s.add(n - 16), dst.add(n - 16), 16);
         } else if n >= 8 {
             let head = ptr::read_unaligned(s.cast::<u64>());
             let tail = ptr::read_unaligned(s.add(n - 8).cast::<u64>());

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use protocol::text::{DetailOp, GetCommand, Keys, Request, StatsGroup, StoreCommand, MAX_KEY_LEN};
 use storage::{
-    ArithOutcome, ItemRef, KeyHash, Lookup, Peeked, Store, StoreMode, StoreOutcome,
+    ArithOutcome, ItemRef, KeyHash, Lookup, Peeked, Store, StoreMode, StoreOutcome, Visit,
     PREFETCH_DISTANCE,
 };
 
@@ -241,9 +241,13 @@ impl Exec<'_> {
         }
         let with_cas = command.returns_cas();
         let now = self.shared.clock.now();
-        let lookup = self
-            .store()
-            .get(key, now, |item| compose_value(out, item, with_cas));
+        let store = self.store();
+        let compose = ComposeValue {
+            out: &mut *out,
+            with_cas,
+            discard: false,
+        };
+        let lookup = store.get_hashed(key, store.hash(key), Peeked::default(), now, compose);
         let mut tally = GetTally {
             lookups: 1,
             ..GetTally::default()
@@ -321,13 +325,13 @@ impl Exec<'_> {
                 out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
                 return None;
             }
-            let mut compose = |item: ItemRef<'_>| {
-                if !discard {
-                    compose_value(out, item, with_cas);
-                }
+            let compose = ComposeValue {
+                out: &mut *out,
+                with_cas,
+                discard,
             };
             let lookup = if let Some(value) = &self.shared.settings.null_store {
-                compose(ItemRef {
+                compose.visit(ItemRef {
                     key,
                     value,
                     flags: 0,
@@ -592,11 +596,24 @@ impl<'a> Chunk<'a> {
     }
 }
 
-/// `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`, one copy of the data.
-#[inline(always)]
-fn compose_value(out: &mut Vec<u8>, item: ItemRef<'_>, with_cas: bool) {
-    let cas = with_cas.then_some(item.cas);
-    protocol::reply::compose_value(out, item.key, item.flags, item.value, cas);
+/// A get's hit: `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`, one copy of
+/// the data, composed in place in the lookup (see [`Visit`]).
+struct ComposeValue<'o> {
+    out: &'o mut Vec<u8>,
+    with_cas: bool,
+    /// The reply is being discarded (see `discard` in [`Exec::get`]): compose nothing.
+    discard: bool,
+}
+
+impl Visit for ComposeValue<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn visit(self, item: ItemRef<'_>) {
+        if !self.discard {
+            let cas = self.with_cas.then_some(item.cas);
+            protocol::reply::compose_value(self.out, item.key, item.flags, item.value, cas);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -126,14 +126,18 @@ impl std::os::fd::AsRawFd for Listener {
 }
 
 impl Stream {
-    /// `--busy-poll-us` on this connection.
-    pub fn set_busy_poll(&self, micros: u32) -> io::Result<()> {
+    #[inline]
+    fn raw_fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
-        let fd = match self {
+        match self {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),
-        };
-        crate::sys::set_busy_poll(fd, micros)
+        }
+    }
+
+    /// `--busy-poll-us` on this connection.
+    pub fn set_busy_poll(&self, micros: u32) -> io::Result<()> {
+        crate::sys::set_busy_poll(self.raw_fd(), micros)
     }
 
     /// Block (with a timeout) to write everything: used only at shutdown.
@@ -152,21 +156,17 @@ impl Stream {
     }
 }
 
+// Reads and writes are `recv` and `send` made as bare system calls, not through
+// the streams' own `Read` and `Write` (see `sys::recv`).
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
-        }
+        crate::sys::recv(self.raw_fd(), buf)
     }
 }
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
-        }
+        crate::sys::send(self.raw_fd(), buf)
     }
 
     fn flush(&mut self) -> io::Result<()> {

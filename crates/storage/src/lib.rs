@@ -43,7 +43,7 @@ pub mod store;
 mod table;
 
 pub use meta::{ItemMut, MetaArith, MetaStore};
-pub use store::{KeyHash, Peeked, Store, StoreBuilder, PREFETCH_DISTANCE};
+pub use store::{KeyHash, Peeked, Store, StoreBuilder, Visit, PREFETCH_DISTANCE};
 
 /// Seconds of server uptime. The server's clock starts at 1, so 0 never means "now".
 /// As an exptime, 0 means "never expires".

@@ -102,6 +102,34 @@ impl SegmentMem {
         unsafe { std::slice::from_raw_parts(p.as_ptr(), len) }
     }
 
+    /// Borrow the record at `off` for reading: its length is `len_of` of its first
+    /// `head` bytes. One load of the segment's address and one more bounds check, where
+    /// two calls of [`SegmentMem::bytes`] would repeat both.
+    ///
+    /// # Safety
+    /// As for [`SegmentMem::bytes`], for the whole record.
+    #[inline(always)]
+    pub unsafe fn record(
+        &self,
+        off: usize,
+        head: usize,
+        len_of: impl FnOnce(&[u8]) -> usize,
+    ) -> &[u8] {
+        let p = self.base(off, head);
+        // SAFETY: `base` checked `off + head` against the allocation; the caller
+        // guarantees no concurrent writer of these bytes.
+        let len = len_of(unsafe { std::slice::from_raw_parts(p.as_ptr(), head) });
+        // `base` checked `off <= self.len`.
+        assert!(
+            len <= self.len - off,
+            "segment record {off}+{len} out of bounds ({})",
+            self.len
+        );
+        // SAFETY: in bounds (checked just above) of a live, initialised allocation; the
+        // caller guarantees no concurrent writer for the borrow's life.
+        unsafe { std::slice::from_raw_parts(p.as_ptr(), len) }
+    }
+
     /// Borrow `len` bytes at `off` for writing.
     ///
     /// # Safety
