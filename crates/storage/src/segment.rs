@@ -292,6 +292,43 @@ mod tests {
     }
 
     #[test]
+    fn record_reads_its_length_from_its_head() {
+        let s = SegmentMem::new(32);
+        s.ensure_allocated();
+        // Two records back to back: a length byte, then that many bytes in all.
+        // SAFETY: single-threaded test; the mutable borrow ends before the reads.
+        unsafe { s.bytes_mut(0, 9) }.copy_from_slice(&[3, b'a', b'b', 6, 1, 2, 3, 4, 5]);
+        let len_of = |head: &[u8]| usize::from(head[0]);
+        // SAFETY: as above.
+        assert_eq!(unsafe { s.record(0, 1, len_of) }, &[3, b'a', b'b']);
+        // SAFETY: as above.
+        assert_eq!(unsafe { s.record(3, 1, len_of) }, &[6, 1, 2, 3, 4, 5]);
+        // A record that ends exactly at the end of the segment.
+        // SAFETY: as above.
+        unsafe { s.bytes_mut(28, 1) }.fill(4);
+        // SAFETY: as above.
+        assert_eq!(unsafe { s.record(28, 1, len_of) }.len(), 4);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of bounds")]
+    fn record_past_the_end_panics() {
+        let s = SegmentMem::new(16);
+        s.ensure_allocated();
+        // SAFETY: single-threaded test (the call panics before borrowing the record).
+        let _ = unsafe { s.record(10, 1, |_| 7) };
+    }
+
+    #[test]
+    #[should_panic(expected = "out of bounds")]
+    fn record_head_past_the_end_panics() {
+        let s = SegmentMem::new(16);
+        s.ensure_allocated();
+        // SAFETY: single-threaded test (the call panics before borrowing anything).
+        let _ = unsafe { s.record(14, 4, |_| 4) };
+    }
+
+    #[test]
     fn drop_unallocated_is_fine() {
         drop(SegmentMem::new(8));
     }
