@@ -3,8 +3,9 @@
 //!
 //! ```text
 //!   free list ──take──> active (one per writer group) ──full: seal──> sealed FIFO
-//!       ^                  ^                                              │
-//!       │                  └──── evicted segment, hot items compacted ────┘ (oldest first)
+//!       ^                  ^  ^                                           │
+//!       │                  │  └── dead segment (no live item), no walk ───┤ (first choice)
+//!       │                  └───── evicted segment, hot items compacted ───┘ (oldest first)
 //!   (only at start: segments are never given back to the allocator)
 //! ```
 //!

@@ -449,6 +449,10 @@ impl Store {
         now: RelTime,
     ) -> (StoreOutcome, u64) {
         let h = hash_key(self.seed, key);
+        // The version this store replaces is read under the lock below (key compare,
+        // header), after the reservation and the copy of the new item. Under overwrites
+        // it is usually out of cache: asking for it now overlaps that miss with the copy.
+        let _ = self.prefetch_record(KeyHash(h), key.len());
         let slot = self.shard_for(h);
         if mode != StoreMode::Set {
             // Check first, so a refused add/replace/cas burns no segment space.
@@ -1063,9 +1067,11 @@ impl Store {
         let len = len as u64;
         stats.curr_items -= 1;
         stats.bytes -= len;
+        // Release: pairs with the acquire load in `take_dead_segment`, which may reuse
+        // the segment once this reaches 0 (see there).
         self.segments[seg as usize]
             .live_bytes
-            .fetch_sub(len, Ordering::Relaxed);
+            .fetch_sub(len, Ordering::Release);
     }
 
     /// Under the shard lock: whether `entry` still holds the same live item version that

@@ -204,6 +204,66 @@ fn overwrites_in_place_of_a_full_store_keep_working_with_no_evictions() {
 }
 
 #[test]
+fn overwrites_reuse_dead_segments_before_never_used_ones() {
+    // 1 000 keys of 1 KB (about 1 MB live) set again and again: 48 MB written into a
+    // 32 MB store of 1 MB segments. Segments whose items were all overwritten are
+    // reused before untouched ones, so only a few are ever used and nothing is evicted.
+    let s = Store::builder().memory_limit(32 << 20).build().unwrap();
+    assert_eq!(s.segment_size(), 1 << 20);
+    let mut value = Vec::new();
+    let mut most_used = 0;
+    for round in 0..48u64 {
+        for k in 0..1000u64 {
+            fill(&mut value, 1000, round * 1000 + k);
+            let key = format!("key:{k:05}");
+            assert_eq!(
+                s.store(StoreMode::Set, key.as_bytes(), 0, 0, &value, NOW),
+                StoreOutcome::Stored
+            );
+        }
+        most_used = most_used.max(s.stats().segments_used);
+    }
+    let st = s.stats();
+    assert_eq!(st.evictions, 0);
+    assert_eq!(st.curr_items, 1000);
+    assert!(
+        most_used <= 4,
+        "{most_used} segments used for about 1 MB live"
+    );
+    for k in 0..1000u64 {
+        fill(&mut value, 1000, 47 * 1000 + k);
+        let key = format!("key:{k:05}");
+        let got = s.get(key.as_bytes(), NOW, |it| it.value.to_vec()).hit();
+        assert_eq!(got.as_deref(), Some(&value[..]), "{key}");
+    }
+}
+
+#[test]
+fn a_segment_with_one_live_item_is_not_reused() {
+    // One key written once, then 2 000 other keys overwritten many times: the segment
+    // holding the first key never dies, and the key survives every reuse around it.
+    let s = Store::builder().memory_limit(16 << 20).build().unwrap();
+    let value = vec![b'x'; 1000];
+    assert_eq!(
+        s.store(StoreMode::Set, b"keeper", 7, 0, b"kept", NOW),
+        StoreOutcome::Stored
+    );
+    for i in 0..40_000u32 {
+        let key = format!("k{}", i % 2000);
+        assert_eq!(
+            s.store(StoreMode::Set, key.as_bytes(), 0, 0, &value, NOW),
+            StoreOutcome::Stored
+        );
+    }
+    let got = s
+        .get(b"keeper", NOW, |it| (it.value.to_vec(), it.flags))
+        .hit();
+    assert_eq!(got, Some((b"kept".to_vec(), 7)));
+    assert_eq!(s.stats().evictions, 0);
+    assert!(s.stats().segments_used < s.stats().segments_total);
+}
+
+#[test]
 fn expired_space_is_reclaimed_by_eviction() {
     let s = Store::builder().memory_limit(2 << 20).build().unwrap();
     let value = vec![b'v'; 1000];
