@@ -109,7 +109,7 @@ pub fn find_delimiter(s: &[u8], from: usize) -> Option<usize> {
 /// [`find_delimiter`] eight bytes at a time in a `u64`, on any target.
 #[inline(always)]
 #[must_use]
-pub fn find_delimiter_swar(s: &[u8], from: usize) -> Option<usize> {
+fn find_delimiter_swar(s: &[u8], from: usize) -> Option<usize> {
     let hits = |w: u64| w.wrapping_sub(LO * 0x21) & !w & HI;
     let mut i = from;
     while i + 8 <= s.len() {
@@ -137,12 +137,8 @@ pub fn find_delimiter_swar(s: &[u8], from: usize) -> Option<usize> {
 
 /// Index of the first `byte` in `s[from..]`, `s.len()` when there is none: for
 /// short haystacks (a key in a multi-get line), where a `memchr` call costs more
-/// than the scan.
-///
-/// On x86-64, 16 bytes at a time with SSE2 (part of the architecture's
-/// baseline, so always there): a 20-byte key takes two compares instead of three
-/// 8-byte words, at about half the instructions per word. Elsewhere, and for the
-/// last bytes of a short line, [`find_byte_or_end_swar`].
+/// than the scan. 16 bytes at a time on x86-64 (see `sse2`); elsewhere, and for
+/// lines shorter than 16 bytes, [`find_byte_or_end_swar`].
 #[inline(always)]
 #[must_use]
 pub fn find_byte_or_end(s: &[u8], from: usize, byte: u8) -> usize {
@@ -164,7 +160,7 @@ pub fn find_byte_or_end(s: &[u8], from: usize, byte: u8) -> usize {
 /// [`find_byte_or_end`] eight bytes at a time in a `u64`, on any target.
 #[inline(always)]
 #[must_use]
-pub fn find_byte_or_end_swar(s: &[u8], from: usize, byte: u8) -> usize {
+fn find_byte_or_end_swar(s: &[u8], from: usize, byte: u8) -> usize {
     let pattern = LO * u64::from(byte);
     // High bit of every zero byte of `x` (the lowest one exact, as in `find_delimiter`).
     let zeros = |x: u64| x.wrapping_sub(LO) & !x & HI;

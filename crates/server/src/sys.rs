@@ -71,37 +71,46 @@ pub fn wait_for_shutdown_signal() -> i32 {
 /// I/O goes through `syscall(2)`, which does nothing but the system call.
 pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`, which is
-    // borrowed mutably for the call; null source-address pointers are allowed.
-    // Every argument is passed as a full `c_long`, as `syscall` reads them.
-    let n = unsafe {
-        libc::syscall(
-            libc::SYS_recvfrom,
-            libc::c_long::from(fd),
-            buf.as_mut_ptr() as libc::c_long,
-            buf.len() as libc::c_long,
-            0 as libc::c_long,
-            0 as libc::c_long,
-            0 as libc::c_long,
-        )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    // borrowed mutably for the call.
+    unsafe { socket_io(libc::SYS_recvfrom, fd, buf.as_mut_ptr(), buf.len(), 0) }
 }
 
 /// `send(fd, buf, MSG_NOSIGNAL)` made as a bare system call (see [`recv`]).
 pub fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
-    // SAFETY: the kernel reads at most `buf.len()` bytes from `buf`, borrowed for
-    // the call; a null destination address with length 0 is allowed.
+    // SAFETY: the kernel only reads the `buf.len()` bytes of `buf`, borrowed for the
+    // call, though the pointer is passed as `*mut` for `recvfrom`'s sake.
+    unsafe {
+        socket_io(
+            libc::SYS_sendto,
+            fd,
+            buf.as_ptr().cast_mut(),
+            buf.len(),
+            libc::MSG_NOSIGNAL,
+        )
+    }
+}
+
+/// `recvfrom` or `sendto` (`nr`) on a connected socket: no peer address (null, 0).
+///
+/// # Safety
+/// `buf..buf + len` must be valid for what the call does with it (written by
+/// `recvfrom`, read by `sendto`) for the duration of the call.
+unsafe fn socket_io(
+    nr: libc::c_long,
+    fd: RawFd,
+    buf: *mut u8,
+    len: usize,
+    flags: libc::c_int,
+) -> io::Result<usize> {
+    // SAFETY: the caller vouches for the buffer; null address pointers are allowed.
+    // Every argument is passed as a full `c_long`, as `syscall` reads them.
     let n = unsafe {
         libc::syscall(
-            libc::SYS_sendto,
+            nr,
             libc::c_long::from(fd),
-            buf.as_ptr() as libc::c_long,
-            buf.len() as libc::c_long,
-            libc::c_long::from(libc::MSG_NOSIGNAL),
+            buf as libc::c_long,
+            len as libc::c_long,
+            libc::c_long::from(flags),
             0 as libc::c_long,
             0 as libc::c_long,
         )

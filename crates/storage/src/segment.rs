@@ -102,23 +102,24 @@ impl SegmentMem {
         unsafe { std::slice::from_raw_parts(p.as_ptr(), len) }
     }
 
-    /// Borrow the record at `off` for reading: its length is `len_of` of its first
-    /// `head` bytes. One load of the segment's address and one more bounds check, where
-    /// two calls of [`SegmentMem::bytes`] would repeat both.
+    /// Borrow the record at `off` for reading: `len_of` reads its first `head` bytes
+    /// and returns the record's length, with whatever it decoded on the way. One load
+    /// of the segment's address and one more bounds check, where two calls of
+    /// [`SegmentMem::bytes`] would repeat both.
     ///
     /// # Safety
     /// As for [`SegmentMem::bytes`], for the whole record.
     #[inline(always)]
-    pub unsafe fn record(
+    pub unsafe fn record<T>(
         &self,
         off: usize,
         head: usize,
-        len_of: impl FnOnce(&[u8]) -> usize,
-    ) -> &[u8] {
+        len_of: impl FnOnce(&[u8]) -> (usize, T),
+    ) -> (T, &[u8]) {
         let p = self.base(off, head);
         // SAFETY: `base` checked `off + head` against the allocation; the caller
         // guarantees no concurrent writer of these bytes.
-        let len = len_of(unsafe { std::slice::from_raw_parts(p.as_ptr(), head) });
+        let (len, decoded) = len_of(unsafe { std::slice::from_raw_parts(p.as_ptr(), head) });
         // `base` checked `off <= self.len`.
         assert!(
             len <= self.len - off,
@@ -127,7 +128,9 @@ impl SegmentMem {
         );
         // SAFETY: in bounds (checked just above) of a live, initialised allocation; the
         // caller guarantees no concurrent writer for the borrow's life.
-        unsafe { std::slice::from_raw_parts(p.as_ptr(), len) }
+        (decoded, unsafe {
+            std::slice::from_raw_parts(p.as_ptr(), len)
+        })
     }
 
     /// Borrow `len` bytes at `off` for writing.
@@ -298,16 +301,17 @@ mod tests {
         // Two records back to back: a length byte, then that many bytes in all.
         // SAFETY: single-threaded test; the mutable borrow ends before the reads.
         unsafe { s.bytes_mut(0, 9) }.copy_from_slice(&[3, b'a', b'b', 6, 1, 2, 3, 4, 5]);
-        let len_of = |head: &[u8]| usize::from(head[0]);
+        let len_of = |head: &[u8]| (usize::from(head[0]), head[0]);
         // SAFETY: as above.
-        assert_eq!(unsafe { s.record(0, 1, len_of) }, &[3, b'a', b'b']);
+        assert_eq!(unsafe { s.record(0, 1, len_of) }, (3, &[3, b'a', b'b'][..]));
         // SAFETY: as above.
-        assert_eq!(unsafe { s.record(3, 1, len_of) }, &[6, 1, 2, 3, 4, 5]);
+        let second = unsafe { s.record(3, 1, len_of) };
+        assert_eq!(second, (6, &[6, 1, 2, 3, 4, 5][..]));
         // A record that ends exactly at the end of the segment.
         // SAFETY: as above.
         unsafe { s.bytes_mut(28, 1) }.fill(4);
         // SAFETY: as above.
-        assert_eq!(unsafe { s.record(28, 1, len_of) }.len(), 4);
+        assert_eq!(unsafe { s.record(28, 1, len_of) }.1.len(), 4);
     }
 
     #[test]
@@ -316,7 +320,7 @@ mod tests {
         let s = SegmentMem::new(16);
         s.ensure_allocated();
         // SAFETY: single-threaded test (the call panics before borrowing the record).
-        let _ = unsafe { s.record(10, 1, |_| 7) };
+        let _ = unsafe { s.record(10, 1, |_| (7, ())) };
     }
 
     #[test]
@@ -325,7 +329,7 @@ mod tests {
         let s = SegmentMem::new(16);
         s.ensure_allocated();
         // SAFETY: single-threaded test (the call panics before borrowing anything).
-        let _ = unsafe { s.record(14, 4, |_| 4) };
+        let _ = unsafe { s.record(14, 4, |_| (4, ())) };
     }
 
     #[test]

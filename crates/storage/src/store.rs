@@ -1025,23 +1025,21 @@ impl Store {
     #[inline(always)]
     fn record_if_key(&self, e: u64, key: &[u8]) -> Option<&[u8]> {
         let (seg, off) = unpack(e);
-        let mut p = None;
         // SAFETY: prefix and key are immutable once published (rules 2 and 3), and `e`
         // is in the index, so its segment is not being reused; the mutable header bytes
         // are read only under the shard lock, which every caller holds. A prefix with
         // another key length gives an empty record, so the key is not read.
-        let record = unsafe {
+        let (p, record) = unsafe {
             self.mem(seg).record(off as usize, PREFIX_BYTES, |b| {
-                let prefix = Prefix::parse(b);
-                p = Some(prefix);
-                if prefix.klen == key.len() {
-                    prefix.total_len()
+                let p = Prefix::parse(b);
+                let len = if p.klen == key.len() {
+                    p.total_len()
                 } else {
                     0
-                }
+                };
+                (len, p)
             })
         };
-        let p = p?;
         if p.klen != key.len() {
             return None;
         }
