@@ -336,6 +336,7 @@ impl Exec<'_> {
                     value,
                     flags: 0,
                     cas: 1,
+                    origin: storage::Origin::DETACHED,
                 });
                 Lookup::Hit(())
             } else if touch {

@@ -104,7 +104,13 @@ impl Store {
             let budget = (size / 2).min(size - len);
             for _ in 0..self.segments.len() {
                 let victim = self.pool_lock().sealed.pop_front()?;
+                if !self.close_to_pins(victim.0) {
+                    // A reader is sending one of its values: it goes round once more.
+                    self.pool_lock().sealed.push_back(victim);
+                    continue;
+                }
                 let used = self.evict_segment(victim.0, victim.1, budget, false, now);
+                self.reopen_to_pins(victim.0);
                 if used as usize + len <= size {
                     return Some((victim.0, used));
                 }
@@ -120,12 +126,13 @@ impl Store {
                     let live = self.segments[seg as usize]
                         .live_bytes
                         .load(Ordering::Relaxed);
-                    size.saturating_sub(live as usize) >= len
+                    size.saturating_sub(live as usize) >= len && self.close_to_pins(seg)
                 });
                 at.and_then(|i| pool.sealed.remove(i))
             };
             let (seg, top) = candidate?;
             let used = self.evict_segment(seg, top, usize::MAX, true, now);
+            self.reopen_to_pins(seg);
             if used as usize + len <= size {
                 Some((seg, used))
             } else {
@@ -149,7 +156,8 @@ impl Store {
     /// `pending` until its writer is done), so a sealed segment seen with both at 0 stays
     /// empty. The acquire loads pair with the release decrements made after each unlink
     /// under its shard lock, so every reader that found an item of the segment under
-    /// that lock is done with it before the segment is written again.
+    /// that lock is done with it before the segment is written again, and a value pin
+    /// taken under that lock is seen (see the `pin` module).
     fn take_dead_segment(&self) -> Option<u32> {
         let mut pool = self.pool_lock();
         let at = pool
@@ -160,6 +168,7 @@ impl Store {
                 let meta = &self.segments[seg as usize];
                 meta.pending.load(Ordering::Acquire) == 0
                     && meta.live_bytes.load(Ordering::Acquire) == 0
+                    && !self.has_pins(seg)
             })?;
         pool.sealed.remove(at).map(|(seg, _)| seg)
     }

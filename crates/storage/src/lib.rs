@@ -14,6 +14,7 @@
 //! | `evict`     | eviction of the oldest segment with second chance for accessed items     |
 //! | `item`      | the packed item header (byte layout diagram lives there)                 |
 //! | `segment`   | the only `unsafe` code: raw segment memory shared between threads        |
+//! | `pin`       | value pins: values read in place after the lookup, for vectored sends    |
 //! | `arith`     | memcached incr/decr number parsing and formatting                        |
 //! | [`meta`]    | meta-protocol operations: items held under the lock, stale/win bits      |
 //!
@@ -37,12 +38,14 @@ mod evict;
 mod index;
 mod item;
 pub mod meta;
+mod pin;
 mod pool;
 mod segment;
 pub mod store;
 mod table;
 
 pub use meta::{ItemMut, MetaArith, MetaStore};
+pub use pin::{Origin, ValuePin};
 pub use store::{KeyHash, Peeked, Store, StoreBuilder, Visit, PREFETCH_DISTANCE};
 
 /// Seconds of server uptime. The server's clock starts at 1, so 0 never means "now".
@@ -61,6 +64,9 @@ pub struct ItemRef<'a> {
     pub flags: u32,
     /// The item's CAS unique id.
     pub cas: u64,
+    /// Where the bytes live: lets [`Store::pin`] keep the value in place after the
+    /// callback returns. [`Origin::DETACHED`] for bytes built outside the store.
+    pub origin: Origin,
 }
 
 /// The result of a lookup. `Expired` and `Flushed` are misses too; they are told apart

@@ -31,6 +31,8 @@ pub(crate) struct SegmentMeta {
     pub pending: AtomicU32,
     /// Bytes of items in this segment that the index still points to.
     pub live_bytes: AtomicU64,
+    /// Value pins held by readers, plus `pin::CLOSED` while the evictor walks it.
+    pub pins: AtomicU32,
 }
 
 impl SegmentMeta {
@@ -39,6 +41,7 @@ impl SegmentMeta {
             mem: SegmentMem::new(len),
             pending: AtomicU32::new(0),
             live_bytes: AtomicU64::new(0),
+            pins: AtomicU32::new(0),
         }
     }
 }

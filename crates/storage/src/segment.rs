@@ -89,6 +89,15 @@ impl SegmentMem {
         unsafe { p.add(off) }
     }
 
+    /// The offset of `bytes` in this segment, if they lie wholly inside it. Address
+    /// arithmetic only: nothing is dereferenced.
+    pub fn offset_of(&self, bytes: &[u8]) -> Option<usize> {
+        let base = self.ptr.load(Ordering::Acquire) as usize;
+        let start = bytes.as_ptr() as usize;
+        let off = start.checked_sub(base)?;
+        (base != 0 && off <= self.len && bytes.len() <= self.len - off).then_some(off)
+    }
+
     /// Borrow `len` bytes at `off` for reading.
     ///
     /// # Safety
@@ -335,5 +344,25 @@ mod tests {
     #[test]
     fn drop_unallocated_is_fine() {
         drop(SegmentMem::new(8));
+    }
+
+    #[test]
+    fn offset_of_finds_only_ranges_inside() {
+        let s = SegmentMem::new(32);
+        assert_eq!(s.offset_of(b"abc"), None, "unallocated");
+        s.ensure_allocated();
+        // SAFETY: no other borrow of the segment exists.
+        let inside = unsafe { s.bytes(5, 10) };
+        assert_eq!(s.offset_of(inside), Some(5));
+        assert_eq!(s.offset_of(&inside[10..]), Some(15));
+        // SAFETY: as above.
+        let tail = unsafe { s.bytes(30, 2) };
+        assert_eq!(s.offset_of(tail), Some(30));
+        let elsewhere = [0u8; 4];
+        assert_eq!(s.offset_of(&elsewhere), None);
+        let other = SegmentMem::new(32);
+        other.ensure_allocated();
+        // SAFETY: no other borrow of `other` exists.
+        assert_eq!(s.offset_of(unsafe { other.bytes(0, 4) }), None);
     }
 }

@@ -18,6 +18,7 @@ use crate::item::{
     self, Header, NewItem, Prefix, MARK_ACCESSED, MARK_FETCHED, MAX_KEY_BYTES, MUT_LEN, MUT_START,
     PREFIX_BYTES,
 };
+use crate::pin::Origin;
 use crate::pool::{GroupSlot, PoolState, Reservation, SegmentMeta};
 use crate::segment::SegmentMem;
 use crate::table::{Entry, Pos};
@@ -393,7 +394,8 @@ impl Store {
             // SAFETY: shard lock held (rule 2); nobody writes the item while we hold it.
             bytes = unsafe { self.item_bytes(e) };
         }
-        let result = v.visit(item_ref(bytes, &hdr));
+        let origin = Origin::segment_id(unpack(e).0);
+        let result = v.visit(item_ref(bytes, &hdr, origin));
         drop(shard);
         Lookup::Hit(result)
     }
@@ -703,7 +705,9 @@ impl Store {
                 let value = arith::apply(n, delta, incr);
                 (value, arith::format_u64(value, &mut buf))
             };
-            if digits.len() <= vlen {
+            // memcached rewrites the number in place when it fits, padded with spaces.
+            let padded = digits.len() <= vlen;
+            if padded && !self.has_pins(unpack(e).0) {
                 let (seg, off) = unpack(e);
                 let item_len = hdr.prefix.total_len();
                 // SAFETY: shard lock held (rule 2); the value range is inside the item and
@@ -729,10 +733,12 @@ impl Store {
                 };
             }
             drop(shard);
-            // The digits outgrew the value: store a new item with exactly the digits.
+            // The digits outgrew the value: store a new item with exactly the digits. Or
+            // a reader has the item's segment pinned (a vectored send of one of its values
+            // is under way): a new item with the bytes the in-place write would have left.
             let new = NewItem {
                 klen: key.len(),
-                vlen: digits.len(),
+                vlen: if padded { vlen } else { digits.len() },
                 flags: hdr.flags,
                 exptime: hdr.exptime,
                 time: now,
@@ -746,7 +752,7 @@ impl Store {
                 let b = unsafe { self.region(r) };
                 let ko = new.write_header(b);
                 b[ko..ko + key.len()].copy_from_slice(key);
-                b[ko + key.len()..].copy_from_slice(digits);
+                arith::write_in_place(&mut b[ko + key.len()..], digits);
             }
             let mut shard = slot.lock();
             let Shard { table, stats, .. } = &mut *shard;
@@ -758,6 +764,14 @@ impl Store {
             }
             self.copy_exptime(r, e);
             let exptime = self.header(e).exptime;
+            if let (true, Some(t)) = (padded, ttl) {
+                // SAFETY: `r` is still unpublished and ours (rule 1); only its header.
+                let w = unsafe {
+                    self.mem(r.seg)
+                        .bytes_mut(r.off as usize + MUT_START, MUT_LEN)
+                };
+                item::set_exptime(w, t);
+            }
             let cas = self.publish(r, entry, stats);
             drop(shard);
             self.release(r);
@@ -765,7 +779,7 @@ impl Store {
                 value,
                 cas,
                 exptime,
-                in_place: false,
+                in_place: padded,
             };
         }
     }
@@ -1221,7 +1235,7 @@ pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// The callback's view of an item.
 #[inline(always)]
-fn item_ref<'a>(bytes: &'a [u8], hdr: &Header) -> ItemRef<'a> {
+fn item_ref<'a>(bytes: &'a [u8], hdr: &Header, origin: Origin) -> ItemRef<'a> {
     let ko = hdr.prefix.key_offset();
     let vo = ko + hdr.prefix.klen;
     ItemRef {
@@ -1229,6 +1243,7 @@ fn item_ref<'a>(bytes: &'a [u8], hdr: &Header) -> ItemRef<'a> {
         value: &bytes[vo..],
         flags: hdr.flags,
         cas: hdr.cas,
+        origin,
     }
 }
 
