@@ -805,6 +805,7 @@ mod tests {
             shared,
             stats,
             message_ends: None,
+            splices: None,
         };
         let mut out = Vec::new();
         let mut mark = 0;

@@ -15,6 +15,11 @@ pub const VERSION: &str = concat!("1.6.18-ferrocache-", env!("CARGO_PKG_VERSION"
 /// memcached's highest verbosity level.
 pub const MAX_VERBOSITY_LEVEL: u32 = 2;
 
+/// `--zero-copy-min` default: values from this size up are sent in place. Below it
+/// the copy into the output buffer is cheaper than pinning and a longer iovec
+/// (measured in docs/benchmarks.md, "Zero-copy values").
+pub const DEFAULT_ZERO_COPY_MIN: usize = 16 * 1024;
+
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "ferrocache",
@@ -128,6 +133,11 @@ struct Args {
         default_value = "auto"
     )]
     io_backend: IoBackend,
+    /// Send get values of at least this many bytes from where they are stored,
+    /// with one vectored send, instead of copying them into the output buffer
+    /// (epoll backend, text protocol over TCP); 0 = always copy
+    #[arg(long = "zero-copy-min", default_value_t = DEFAULT_ZERO_COPY_MIN)]
+    zero_copy_min: usize,
     /// UDP replies with segmentation offload (UDP GSO), where the kernel
     /// offers it: on (the default) or off
     #[arg(long = "udp-gso", default_value = "on", value_parser = ["on", "off"])]
@@ -264,6 +274,9 @@ pub struct Settings {
     pub io_backend: IoBackend,
     /// `--udp-gso`: send UDP replies with GSO where the kernel offers it.
     pub udp_gso: bool,
+    /// `--zero-copy-min`: get values at least this long are sent in place
+    /// (see `splice.rs`); `None` when 0 turned it off.
+    pub zero_copy_min: Option<usize>,
     /// `--null-store`: canned replies for get/set, for the benchmark floor.
     pub null_store: Option<Vec<u8>>,
     /// Every `-o` option as given, for `stats settings`.
@@ -386,6 +399,7 @@ impl Settings {
             busy_poll_us: a.busy_poll_us,
             io_backend: a.io_backend,
             udp_gso: a.udp_gso == "on",
+            zero_copy_min: (a.zero_copy_min > 0).then_some(a.zero_copy_min),
             null_store: a.null_store.then(|| vec![b'x'; a.null_value_bytes]),
             extended,
         })

@@ -13,15 +13,19 @@
 //!         0        wpos                      len
 //! ```
 
+use std::io::{self, IoSlice};
+
 use protocol::binary::REQUEST_MAGIC;
 use protocol::fast::parse_fast;
 use protocol::text::{
     frame_line, parse_request, GetCommand, Keys, LineFrame, Request, MAX_GET_LINE_BYTES,
 };
+use storage::Store;
 
 use crate::binary::BinaryStep;
 use crate::config::Binding;
 use crate::exec::{memcached_item_fits, Exec, Flow};
+use crate::splice::{Output, Splices};
 
 /// Smallest free space offered to a read.
 const READ_CHUNK_BYTES: usize = 16 * 1024;
@@ -255,6 +259,35 @@ impl Conn {
         }
         self.wpos = 0;
         self.flush_mark = 0;
+    }
+
+    /// Send the waiting replies with the values `splices` holds for them in place
+    /// (see `splice.rs`), until all is sent or the socket is full; then copy what
+    /// the socket did not take into the output buffer and give every pin back.
+    /// Returns the bytes sent.
+    pub fn flush_spliced(
+        &mut self,
+        splices: &mut Splices,
+        store: &Store,
+        send: impl FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let sent = splices.send(self.output_parts(), store, send);
+        splices.materialize(self.output_parts(), store);
+        sent
+    }
+
+    /// Copy the spliced values into the output buffer, sending nothing, and give
+    /// their pins back.
+    pub fn materialize(&mut self, splices: &mut Splices, store: &Store) {
+        splices.materialize(self.output_parts(), store);
+    }
+
+    fn output_parts(&mut self) -> Output<'_> {
+        Output {
+            buf: &mut self.wbuf,
+            pos: &mut self.wpos,
+            flush_mark: &mut self.flush_mark,
+        }
     }
 
     /// Give back memory after a burst (called when the connection is idle).

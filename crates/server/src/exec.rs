@@ -15,6 +15,7 @@ use storage::{
 
 use crate::clock::Clock;
 use crate::config::{Settings, MAX_VERBOSITY_LEVEL};
+use crate::splice::Splices;
 use crate::stats::{bump, StatsRegistry, WorkerStats};
 use crate::stats_report;
 
@@ -65,6 +66,9 @@ pub struct Exec<'a> {
     /// still sent (memcached sends a header-only datagram for a missed key
     /// that is not the last of its `get`).
     pub message_ends: Option<&'a RefCell<Vec<(usize, bool)>>>,
+    /// Where large get values are pinned instead of copied, when the caller
+    /// sends with [`Splices::send`] (see `splice.rs`); `None` copies every value.
+    pub splices: Option<&'a RefCell<Splices>>,
 }
 
 const CRLF: &[u8] = b"\r\n";
@@ -82,6 +86,12 @@ fn reply(out: &mut Vec<u8>, noreply: bool, line: &[u8]) {
 impl Exec<'_> {
     fn store(&self) -> &Store {
         &self.shared.store
+    }
+
+    /// Get values at least this long are spliced (`usize::MAX`: none).
+    #[inline]
+    fn splice_min(&self) -> usize {
+        self.splices.map_or(usize::MAX, |s| s.borrow().min_len())
     }
 
     /// Execute a request that carries no data block.
@@ -246,6 +256,8 @@ impl Exec<'_> {
             out: &mut *out,
             with_cas,
             discard: false,
+            splice_min: self.splice_min(),
+            exec: self,
         };
         let lookup = store.get_hashed(key, store.hash(key), Peeked::default(), now, compose);
         let mut tally = GetTally {
@@ -297,6 +309,7 @@ impl Exec<'_> {
         // its records are found (without locks) and prefetched, and only then are its
         // keys looked up, so that the cache misses of a chunk overlap. Not for one key
         // (nothing to overlap) or the null store.
+        let splice_min = self.splice_min();
         let mut chunk = (self.shared.settings.null_store.is_none()
             && keys.clone().nth(1).is_some())
         .then(|| Chunk::new(keys.clone()));
@@ -319,6 +332,9 @@ impl Exec<'_> {
                 // memcached drops every reply not yet written, then errors.
                 tally.add_to(self.stats, touch);
                 out.truncate(*flush_mark);
+                if let Some(splices) = self.splices {
+                    splices.borrow_mut().truncate(*flush_mark, self.store());
+                }
                 if let Some(ends) = self.message_ends {
                     ends.borrow_mut().retain(|&(e, _)| e <= *flush_mark);
                 }
@@ -329,6 +345,8 @@ impl Exec<'_> {
                 out: &mut *out,
                 with_cas,
                 discard,
+                splice_min,
+                exec: self,
             };
             let lookup = if let Some(value) = &self.shared.settings.null_store {
                 compose.visit(ItemRef {
@@ -604,6 +622,9 @@ struct ComposeValue<'o> {
     with_cas: bool,
     /// The reply is being discarded (see `discard` in [`Exec::get`]): compose nothing.
     discard: bool,
+    /// [`Exec::splice_min`], read once per command.
+    splice_min: usize,
+    exec: &'o Exec<'o>,
 }
 
 impl Visit for ComposeValue<'_> {
@@ -612,9 +633,49 @@ impl Visit for ComposeValue<'_> {
     fn visit(self, item: ItemRef<'_>) {
         if !self.discard {
             let cas = self.with_cas.then_some(item.cas);
+            if item.value.len() >= self.splice_min && splice_value(self.exec, self.out, &item, cas)
+            {
+                return;
+            }
             protocol::reply::compose_value(self.out, item.key, item.flags, item.value, cas);
         }
     }
+}
+
+/// Spliced values pinned at once, at most: past it values are copied, so the output
+/// buffer's own high-water mark (and a multi-get's pause) bounds the rest.
+const SPLICE_BUDGET_BYTES: usize = 1024 * 1024;
+
+/// Compose a hit's header and trailer and pin its value to be sent in place, between
+/// them (see `splice.rs`). False, having written nothing, when the value must be copied:
+/// the budget is spent, or the store refused the pin.
+#[cold]
+#[inline(never)]
+fn splice_value(exec: &Exec<'_>, out: &mut Vec<u8>, item: &ItemRef<'_>, cas: Option<u64>) -> bool {
+    let Some(cell) = exec.splices else {
+        return false;
+    };
+    let mut splices = cell.borrow_mut();
+    if splices.bytes() + item.value.len() > SPLICE_BUDGET_BYTES {
+        return false;
+    }
+    let Some(pin) = exec.store().pin(item) else {
+        return false;
+    };
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(item.key);
+    out.push(b' ');
+    push_u64(out, u64::from(item.flags));
+    out.push(b' ');
+    push_u64(out, item.value.len() as u64);
+    if let Some(c) = cas {
+        out.push(b' ');
+        push_u64(out, c);
+    }
+    out.extend_from_slice(CRLF);
+    splices.push(out.len(), pin);
+    out.extend_from_slice(CRLF);
+    true
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ mod exec;
 mod meta;
 mod net;
 mod runtime;
+mod splice;
 mod stats;
 mod stats_report;
 mod sys;

@@ -169,6 +169,10 @@ impl Write for Stream {
         crate::sys::send(self.raw_fd(), buf)
     }
 
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        crate::sys::send_vectored(self.raw_fd(), bufs)
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }

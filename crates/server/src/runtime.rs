@@ -11,6 +11,7 @@
 //! everything the socket has, lets [`Conn::process`] execute every complete
 //! request, and writes all replies with one `write`.
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -27,6 +28,7 @@ use crate::config::IoBackend;
 use crate::conn::{Conn, Status};
 use crate::exec::{Exec, Shared};
 use crate::net::{bind_tcp, bind_unix, Listener, Stream};
+use crate::splice::Splices;
 use crate::stats::{bump, WorkerStats};
 use crate::udp::{bind_udp, UdpEndpoint};
 
@@ -256,6 +258,9 @@ struct Worker {
     shared: Arc<Shared>,
     stats: Arc<WorkerStats>,
     wake: Arc<File>,
+    /// Large get values pinned for the connection being driven (`--zero-copy-min`);
+    /// empty between connections.
+    splices: Option<RefCell<Splices>>,
 }
 
 impl Worker {
@@ -284,6 +289,7 @@ impl Worker {
             clients: Vec::new(),
             free: Vec::new(),
             again: Vec::new(),
+            splices: Splices::for_worker(&shared.settings),
             shared,
             stats,
             wake,
@@ -389,6 +395,7 @@ impl Worker {
             shared: &self.shared,
             stats: &self.stats,
             message_ends: None,
+            splices: None,
         };
         self.udp[i].serve(&exec);
     }
@@ -407,6 +414,7 @@ impl Worker {
             shared: &self.shared,
             stats: &self.stats,
             message_ends: None,
+            splices: self.splices.as_ref(),
         };
         let Some(client) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
             return;
@@ -451,8 +459,29 @@ impl Worker {
             }
             let status = client.conn.process(&exec);
             if status == Status::Close {
+                if let Some(splices) = &self.splices {
+                    splices.borrow_mut().release(&self.shared.store);
+                }
                 self.close(idx);
                 return;
+            }
+            if let Some(splices) = self.splices.as_ref().filter(|s| !s.borrow().is_empty()) {
+                // Large values go in place: one vectored send per socket-full, then
+                // what the socket did not take is copied and the pins are given back.
+                let mut splices = splices.borrow_mut();
+                let store = &self.shared.store;
+                let stream = &mut client.stream;
+                let sent = client
+                    .conn
+                    .flush_spliced(&mut splices, store, |iov| stream.write_vectored(iov));
+                match sent {
+                    Ok(n) => bump(&self.stats.bytes_written, n as u64),
+                    Err(_) => {
+                        drop(splices);
+                        self.close(idx);
+                        return;
+                    }
+                }
             }
             // One write for every reply of this wake-up.
             while !client.conn.output().is_empty() {

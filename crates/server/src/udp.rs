@@ -187,6 +187,7 @@ fn answer(
         shared: exec.shared,
         stats: exec.stats,
         message_ends: Some(message_ends),
+        splices: None,
     };
     loop {
         // The payload goes in as the connection's read buffer takes it, as

@@ -25,6 +25,7 @@
 //! submitted first, so no queued entry can name a descriptor number that
 //! another thread may reuse.
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::io;
 use std::net::Shutdown;
@@ -41,6 +42,7 @@ use crate::conn::{Conn, Status};
 use crate::exec::{Exec, Shared};
 use crate::net::Listener;
 use crate::runtime::{admit, clear_wake, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS};
+use crate::splice::Splices;
 use crate::stats::{bump, WorkerStats};
 use crate::udp::UdpEndpoint;
 
@@ -144,6 +146,8 @@ pub struct UringWorker {
     stats: Arc<WorkerStats>,
     /// Shutting down: no more requests run, pending replies are sent.
     draining: bool,
+    /// Large get values pinned for the connection being driven (`--zero-copy-min`).
+    splices: Option<RefCell<Splices>>,
 }
 
 impl UringWorker {
@@ -173,6 +177,7 @@ impl UringWorker {
             accepted: Vec::new(),
             accept_retry: Vec::new(),
             repoll: Vec::new(),
+            splices: Splices::for_worker(&shared.settings),
             shared,
             stats,
             draining: false,
@@ -335,6 +340,7 @@ impl UringWorker {
                         shared,
                         stats,
                         message_ends: None,
+                        splices: None,
                     };
                     if let Some(u) = udp.get_mut((token & !UDP_TOKEN) as usize) {
                         u.serve(&exec);
@@ -440,6 +446,7 @@ impl UringWorker {
             shared: &self.shared,
             stats: &self.stats,
             message_ends: None,
+            splices: self.splices.as_ref(),
         };
         let Some(c) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
             return;
@@ -535,12 +542,20 @@ fn drive_client(ring: &mut Ring, exec: &Exec<'_>, c: &mut Client, draining: bool
         start_send(ring, c);
     } else {
         loop {
-            match c.conn.process(exec) {
-                Status::Close => return false,
-                Status::CloseAfterWrite => c.close_after_write = true,
-                Status::Open => {}
+            let status = c.conn.process(exec);
+            if status == Status::Close {
+                if let Some(splices) = exec.splices {
+                    splices.borrow_mut().release(&exec.shared.store);
+                }
+                return false;
             }
-            let moved = start_send(ring, c);
+            let Some(sent) = send_spliced(exec, c) else {
+                return false;
+            };
+            if status == Status::CloseAfterWrite {
+                c.close_after_write = true;
+            }
+            let moved = start_send(ring, c) || sent;
             // Replies moved to the send buffer: requests held back by the
             // output high-water mark can run now.
             if !(moved && c.conn.stalled_on_output()) {
@@ -574,6 +589,36 @@ fn drive_client(ring: &mut Ring, exec: &Exec<'_>, c: &mut Client, draining: bool
         }
     }
     true
+}
+
+/// Send the replies holding spliced values (see `splice.rs`) with a direct
+/// `sendmsg`, when nothing is in flight on the connection: its pins must not
+/// outlive this turn, which a ring send that waits for socket space could make
+/// them do. Behind a send in flight the values are copied instead, to keep the
+/// order. Returns whether anything was sent; `None` when the socket failed.
+fn send_spliced(exec: &Exec<'_>, c: &mut Client) -> Option<bool> {
+    let Some(cell) = exec.splices else {
+        return Some(false);
+    };
+    let mut splices = cell.borrow_mut();
+    if splices.is_empty() {
+        return Some(false);
+    }
+    let store = &exec.shared.store;
+    let idle = c.out.as_ref().is_some_and(|o| c.out_sent >= o.len());
+    if !idle {
+        c.conn.materialize(&mut splices, store);
+        return Some(false);
+    }
+    let fd = c.fd.as_raw_fd();
+    let n = c
+        .conn
+        .flush_spliced(&mut splices, store, |iov| {
+            crate::sys::send_vectored(fd, iov)
+        })
+        .ok()?;
+    bump(&exec.stats.bytes_written, n as u64);
+    Some(n > 0)
 }
 
 /// Move the connection's replies into its send buffer (a swap, not a copy)

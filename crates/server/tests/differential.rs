@@ -56,10 +56,12 @@ struct Side {
 }
 
 impl Side {
-    fn start(kind: ServerKind) -> Side {
+    fn start(kind: ServerKind, ferrocache_args: &[&'static str]) -> Side {
         let mut args = SERVER_ARGS.to_vec();
         if kind == ServerKind::Memcached {
             args.extend_from_slice(MEMCACHED_DETERMINISM_ARGS);
+        } else {
+            args.extend_from_slice(ferrocache_args);
         }
         let server = ServerProcess::start(kind, &args);
         let conn = server.connect();
@@ -163,12 +165,21 @@ struct Pair {
 
 impl Pair {
     fn start() -> Pair {
+        Pair::start_with(&[])
+    }
+
+    /// Servers whose candidate, if it is ferrocache, also gets `ferrocache_args`.
+    fn start_with(ferrocache_args: &[&'static str]) -> Pair {
         Pair {
-            reference: Side::start(ServerKind::Memcached),
-            candidate: Side::start(ServerKind::under_test()),
+            reference: Side::start(ServerKind::Memcached, &[]),
+            candidate: Side::start(ServerKind::under_test(), ferrocache_args),
         }
     }
 }
+
+/// Every get value of at least one byte sent in place from the store (pinned, with a
+/// vectored send; see `splice.rs`) instead of the default's large values only.
+const EVERY_VALUE_IN_PLACE: &[&str] = &["--zero-copy-min", "1"];
 
 /// How to write each step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -316,7 +327,13 @@ fn base_seed() -> u64 {
 
 /// Runs `count` random streams, seeds `base + offset + i`, and panics with the reports of
 /// failing ones.
-fn run_random_streams(base: u64, offset: u64, count: u64, writes: Writes) {
+fn run_random_streams(
+    base: u64,
+    offset: u64,
+    count: u64,
+    writes: Writes,
+    ferrocache_args: &[&'static str],
+) {
     let steps_per_stream = common::env_u64("FERRO_DIFF_STEPS", 40) as usize;
     eprintln!(
         "differential ({writes:?} writes): {count} streams x {steps_per_stream} steps, \
@@ -325,20 +342,21 @@ fn run_random_streams(base: u64, offset: u64, count: u64, writes: Writes) {
     );
     let max_reports = common::env_u64("FERRO_DIFF_MAX_REPORTS", MAX_REPORTS) as usize;
     let mut reports = Vec::new();
-    let mut pair = Pair::start();
+    let mut pair = Pair::start_with(ferrocache_args);
     // The first stream the current servers saw, for the replay line.
     let mut first_on_server = 0;
     for i in 0..count {
         if i - first_on_server == STREAMS_PER_SERVER as u64 {
-            pair = Pair::start();
+            pair = Pair::start_with(ferrocache_args);
             first_on_server = i;
         }
         let seed = base.wrapping_add(offset).wrapping_add(i);
         let steps = gen::stream(seed, steps_per_stream);
         if let Err(text) = run_stream(&mut pair, seed, &steps, writes) {
-            let test = match writes {
-                Writes::Whole => "random_streams_whole_writes",
-                Writes::Fragmented => "random_streams_fragmented_writes",
+            let test = match (writes, ferrocache_args.is_empty()) {
+                (Writes::Whole, true) => "random_streams_whole_writes",
+                (Writes::Fragmented, true) => "random_streams_fragmented_writes",
+                (_, false) => "random_streams_every_value_in_place",
             };
             let command = format!(
                 "cargo test --release -p ferrocache-server --test differential {test} \
@@ -358,7 +376,7 @@ fn run_random_streams(base: u64, offset: u64, count: u64, writes: Writes) {
                 break;
             }
             // The servers' states have diverged: start over with fresh ones.
-            pair = Pair::start();
+            pair = Pair::start_with(ferrocache_args);
             first_on_server = i + 1;
         }
     }
@@ -373,14 +391,29 @@ fn run_random_streams(base: u64, offset: u64, count: u64, writes: Writes) {
 #[test]
 fn random_streams_whole_writes() {
     let count = common::env_u64("FERRO_DIFF_STREAMS", 300);
-    run_random_streams(base_seed(), 0, count, Writes::Whole);
+    run_random_streams(base_seed(), 0, count, Writes::Whole, &[]);
 }
 
 #[test]
 fn random_streams_fragmented_writes() {
     let count = common::env_u64("FERRO_DIFF_STREAMS", 100);
     // A different seed range from the whole-writes test, so more streams get covered.
-    run_random_streams(base_seed(), 1 << 32, count, Writes::Fragmented);
+    run_random_streams(base_seed(), 1 << 32, count, Writes::Fragmented, &[]);
+}
+
+/// The random streams again with every value sent in place, so that pins meet
+/// pipelined incr/decr (rewritten in place), append, delete, too-long keys and
+/// multi-gets in the same read.
+#[test]
+fn random_streams_every_value_in_place() {
+    let count = common::env_u64("FERRO_DIFF_STREAMS", 150);
+    run_random_streams(
+        base_seed(),
+        2 << 32,
+        count,
+        Writes::Whole,
+        EVERY_VALUE_IN_PLACE,
+    );
 }
 
 /// Hand-picked edge cases, in order, on one connection (state carries over between steps).
@@ -411,9 +444,11 @@ fn get_with_too_long_key_drops_unsent_replies() {
     .iter()
     .map(|s| Step::from_bytes(s.as_bytes()))
     .collect();
-    let mut pair = Pair::start();
-    if let Err(text) = run_stream(&mut pair, 0, &steps, Writes::Whole) {
-        panic!("too-long key in a get differs:\n{text}");
+    for args in [&[][..], EVERY_VALUE_IN_PLACE] {
+        let mut pair = Pair::start_with(args);
+        if let Err(text) = run_stream(&mut pair, 0, &steps, Writes::Whole) {
+            panic!("too-long key in a get differs ({args:?}):\n{text}");
+        }
     }
 }
 
@@ -476,10 +511,12 @@ fn long_multi_gets() {
     }
     let big: Vec<String> = (0..30).map(|i| format!("big{i}")).collect();
     steps.push(Step::from_bytes(line("get", &big).as_bytes()));
-    let mut pair = Pair::start();
-    for writes in [Writes::Whole, Writes::Fragmented] {
-        if let Err(text) = run_stream(&mut pair, 0, &steps, writes) {
-            panic!("long multi-gets differ:\n{text}");
+    for args in [&[][..], EVERY_VALUE_IN_PLACE] {
+        let mut pair = Pair::start_with(args);
+        for writes in [Writes::Whole, Writes::Fragmented] {
+            if let Err(text) = run_stream(&mut pair, 0, &steps, writes) {
+                panic!("long multi-gets differ ({args:?}):\n{text}");
+            }
         }
     }
 }
