@@ -806,6 +806,7 @@ mod tests {
             stats,
             message_ends: None,
             splices: None,
+            splice_min: usize::MAX,
         };
         let mut out = Vec::new();
         let mut mark = 0;

@@ -69,6 +69,9 @@ pub struct Exec<'a> {
     /// Where large get values are pinned instead of copied, when the caller
     /// sends with [`Splices::send`] (see `splice.rs`); `None` copies every value.
     pub splices: Option<&'a RefCell<Splices>>,
+    /// Get values at least this long are spliced (`--zero-copy-min`);
+    /// `usize::MAX` without `splices`.
+    pub splice_min: usize,
 }
 
 const CRLF: &[u8] = b"\r\n";
@@ -86,12 +89,6 @@ fn reply(out: &mut Vec<u8>, noreply: bool, line: &[u8]) {
 impl Exec<'_> {
     fn store(&self) -> &Store {
         &self.shared.store
-    }
-
-    /// Get values at least this long are spliced (`usize::MAX`: none).
-    #[inline]
-    fn splice_min(&self) -> usize {
-        self.splices.map_or(usize::MAX, |s| s.borrow().min_len())
     }
 
     /// Execute a request that carries no data block.
@@ -256,7 +253,7 @@ impl Exec<'_> {
             out: &mut *out,
             with_cas,
             discard: false,
-            splice_min: self.splice_min(),
+            splice_min: self.splice_min,
             exec: self,
         };
         let lookup = store.get_hashed(key, store.hash(key), Peeked::default(), now, compose);
@@ -309,7 +306,7 @@ impl Exec<'_> {
         // its records are found (without locks) and prefetched, and only then are its
         // keys looked up, so that the cache misses of a chunk overlap. Not for one key
         // (nothing to overlap) or the null store.
-        let splice_min = self.splice_min();
+        let splice_min = self.splice_min;
         let mut chunk = (self.shared.settings.null_store.is_none()
             && keys.clone().nth(1).is_some())
         .then(|| Chunk::new(keys.clone()));
@@ -622,7 +619,7 @@ struct ComposeValue<'o> {
     with_cas: bool,
     /// The reply is being discarded (see `discard` in [`Exec::get`]): compose nothing.
     discard: bool,
-    /// [`Exec::splice_min`], read once per command.
+    /// [`Exec::splice_min`].
     splice_min: usize,
     exec: &'o Exec<'o>,
 }
@@ -633,7 +630,16 @@ impl Visit for ComposeValue<'_> {
     fn visit(self, item: ItemRef<'_>) {
         if !self.discard {
             let cas = self.with_cas.then_some(item.cas);
-            if item.value.len() >= self.splice_min && splice_value(self.exec, self.out, &item, cas)
+            if item.value.len() >= self.splice_min
+                && splice_value(
+                    self.exec,
+                    self.out,
+                    item.key,
+                    item.flags,
+                    item.value,
+                    item.origin,
+                    cas,
+                )
             {
                 return;
             }
@@ -651,23 +657,34 @@ const SPLICE_BUDGET_BYTES: usize = 1024 * 1024;
 /// the budget is spent, or the store refused the pin.
 #[cold]
 #[inline(never)]
-fn splice_value(exec: &Exec<'_>, out: &mut Vec<u8>, item: &ItemRef<'_>, cas: Option<u64>) -> bool {
+// The item comes in pieces, not as `&ItemRef`: a reference would make the hot path
+// store the whole item on the stack for every key, spliced or not.
+#[allow(clippy::too_many_arguments)]
+fn splice_value(
+    exec: &Exec<'_>,
+    out: &mut Vec<u8>,
+    key: &[u8],
+    flags: u32,
+    value: &[u8],
+    origin: storage::Origin,
+    cas: Option<u64>,
+) -> bool {
     let Some(cell) = exec.splices else {
         return false;
     };
     let mut splices = cell.borrow_mut();
-    if splices.bytes() + item.value.len() > SPLICE_BUDGET_BYTES {
+    if splices.bytes() + value.len() > SPLICE_BUDGET_BYTES {
         return false;
     }
-    let Some(pin) = exec.store().pin(item) else {
+    let Some(pin) = exec.store().pin(origin, value) else {
         return false;
     };
     out.extend_from_slice(b"VALUE ");
-    out.extend_from_slice(item.key);
+    out.extend_from_slice(key);
     out.push(b' ');
-    push_u64(out, u64::from(item.flags));
+    push_u64(out, u64::from(flags));
     out.push(b' ');
-    push_u64(out, item.value.len() as u64);
+    push_u64(out, value.len() as u64);
     if let Some(c) = cas {
         out.push(b' ');
         push_u64(out, c);

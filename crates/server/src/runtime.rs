@@ -261,6 +261,8 @@ struct Worker {
     /// Large get values pinned for the connection being driven (`--zero-copy-min`);
     /// empty between connections.
     splices: Option<RefCell<Splices>>,
+    /// `Exec::splice_min` for this worker's connections.
+    splice_min: usize,
 }
 
 impl Worker {
@@ -290,6 +292,7 @@ impl Worker {
             free: Vec::new(),
             again: Vec::new(),
             splices: Splices::for_worker(&shared.settings),
+            splice_min: shared.settings.zero_copy_min.unwrap_or(usize::MAX),
             shared,
             stats,
             wake,
@@ -396,6 +399,7 @@ impl Worker {
             stats: &self.stats,
             message_ends: None,
             splices: None,
+            splice_min: usize::MAX,
         };
         self.udp[i].serve(&exec);
     }
@@ -415,6 +419,7 @@ impl Worker {
             stats: &self.stats,
             message_ends: None,
             splices: self.splices.as_ref(),
+            splice_min: self.splice_min,
         };
         let Some(client) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
             return;

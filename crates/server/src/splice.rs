@@ -28,12 +28,11 @@ use crate::config::Settings;
 use crate::sys::MAX_SEND_SLICES;
 
 /// The spliced values of the connection being served, in output order.
+#[derive(Default)]
 pub struct Splices {
     list: VecDeque<Splice>,
     /// Bytes of the listed values not sent yet.
     bytes: usize,
-    /// Values at least this long are spliced.
-    min_len: usize,
 }
 
 struct Splice {
@@ -58,22 +57,7 @@ impl Splices {
     pub fn for_worker(settings: &Settings) -> Option<RefCell<Splices>> {
         settings
             .zero_copy_min
-            .map(|min| RefCell::new(Splices::new(min)))
-    }
-
-    /// Splices for values of at least `min_len` bytes (at least 1).
-    pub fn new(min_len: usize) -> Splices {
-        Splices {
-            list: VecDeque::new(),
-            bytes: 0,
-            min_len: min_len.max(1),
-        }
-    }
-
-    /// Values at least this long are spliced.
-    #[inline]
-    pub fn min_len(&self) -> usize {
-        self.min_len
+            .map(|_| RefCell::new(Splices::default()))
     }
 
     #[inline]
@@ -227,7 +211,7 @@ mod tests {
 
     fn pin(store: &Store, key: &str) -> ValuePin {
         store
-            .get(key.as_bytes(), 1, |it| store.pin(&it))
+            .get(key.as_bytes(), 1, |it| store.pin(it.origin, it.value))
             .hit()
             .flatten()
             .expect("pinned")
@@ -263,7 +247,7 @@ mod tests {
     fn sends_everything_in_order_a_few_bytes_at_a_time() {
         let store = sample_store();
         for step in [1, 7, 999, 3000, 100_000] {
-            let mut splices = Splices::new(1);
+            let mut splices = Splices::default();
             let (mut buf, whole) = compose(&store, &mut splices);
             assert_eq!(splices.bytes(), 8000);
             let (mut pos, mut mark) = (0, buf.len());
@@ -301,7 +285,7 @@ mod tests {
     fn a_full_socket_leaves_the_rest_copied_in_place() {
         let store = sample_store();
         for taken in [0, 3, 5, 6, 2000, 3005, 3010, 8009, 8014] {
-            let mut splices = Splices::new(1);
+            let mut splices = Splices::default();
             let (mut buf, whole) = compose(&store, &mut splices);
             let (mut pos, mut mark) = (0, buf.len());
             let mut wire = Vec::new();
@@ -350,7 +334,7 @@ mod tests {
         let mut five = b"5".to_vec();
         five.resize(100, b' ');
         let store = store_with(&[("a", five.clone()), ("b", vec![b'b'; 10])]);
-        let mut splices = Splices::new(1);
+        let mut splices = Splices::default();
         let (mut buf, _) = compose(&store, &mut splices);
         let (mut pos, mut mark) = (0, buf.len());
         splices.materialize(

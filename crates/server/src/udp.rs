@@ -188,6 +188,7 @@ fn answer(
         stats: exec.stats,
         message_ends: Some(message_ends),
         splices: None,
+        splice_min: usize::MAX,
     };
     loop {
         // The payload goes in as the connection's read buffer takes it, as

@@ -148,6 +148,8 @@ pub struct UringWorker {
     draining: bool,
     /// Large get values pinned for the connection being driven (`--zero-copy-min`).
     splices: Option<RefCell<Splices>>,
+    /// `Exec::splice_min` for this worker's connections.
+    splice_min: usize,
 }
 
 impl UringWorker {
@@ -178,6 +180,7 @@ impl UringWorker {
             accept_retry: Vec::new(),
             repoll: Vec::new(),
             splices: Splices::for_worker(&shared.settings),
+            splice_min: shared.settings.zero_copy_min.unwrap_or(usize::MAX),
             shared,
             stats,
             draining: false,
@@ -341,6 +344,7 @@ impl UringWorker {
                         stats,
                         message_ends: None,
                         splices: None,
+                        splice_min: usize::MAX,
                     };
                     if let Some(u) = udp.get_mut((token & !UDP_TOKEN) as usize) {
                         u.serve(&exec);
@@ -447,6 +451,7 @@ impl UringWorker {
             stats: &self.stats,
             message_ends: None,
             splices: self.splices.as_ref(),
+            splice_min: self.splice_min,
         };
         let Some(c) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
             return;

@@ -35,7 +35,6 @@
 use std::sync::atomic::Ordering;
 
 use crate::store::Store;
-use crate::ItemRef;
 
 /// `SegmentMeta::pins` bit set while the evictor walks (and may move bytes in) the
 /// segment: no new pin may be taken.
@@ -80,14 +79,14 @@ impl Drop for ValuePin {
 }
 
 impl Store {
-    /// Pin the value of `item` (as handed to a lookup's callback, under its shard lock),
-    /// so that its bytes can be read after the callback returns. `None` when the item's
-    /// segment is being evicted right now, or when `item` does not come from this store's
-    /// segments: the caller copies the value instead.
-    pub fn pin(&self, item: &ItemRef<'_>) -> Option<ValuePin> {
-        let seg = item.origin.segment()?;
+    /// Pin the value of an item handed to a lookup's callback (its `origin` and `value`,
+    /// under its shard lock), so that its bytes can be read after the callback returns.
+    /// `None` when the item's segment is being evicted right now, or when the bytes do
+    /// not come from this store's segments: the caller copies the value instead.
+    pub fn pin(&self, origin: Origin, value: &[u8]) -> Option<ValuePin> {
+        let seg = origin.segment()?;
         let meta = self.segments.get(seg as usize)?;
-        let off = meta.mem.offset_of(item.value)?;
+        let off = meta.mem.offset_of(value)?;
         let was = meta.pins.fetch_add(1, Ordering::Acquire);
         if was & CLOSED != 0 {
             meta.pins.fetch_sub(1, Ordering::Relaxed);
@@ -96,7 +95,7 @@ impl Store {
         Some(ValuePin {
             seg,
             off: off as u32,
-            len: item.value.len() as u32,
+            len: value.len() as u32,
         })
     }
 
@@ -173,7 +172,11 @@ mod tests {
         let s = Store::builder().memory_limit(2 << 20).build().unwrap();
         let st = s.store(StoreMode::Set, b"k", 0, 0, b"some value", 1);
         assert_eq!(st, StoreOutcome::Stored);
-        let pin_k = || s.get(b"k", 1, |it| s.pin(&it)).hit().flatten();
+        let pin_k = || {
+            s.get(b"k", 1, |it| s.pin(it.origin, it.value))
+                .hit()
+                .flatten()
+        };
         let p = pin_k().expect("pinned");
         assert_eq!(s.pinned(&p), b"some value");
         let seg = p.seg;

@@ -21,7 +21,7 @@ fn set(s: &Store, key: &str, value: &[u8]) {
 }
 
 fn pin(s: &Store, key: &str) -> ValuePin {
-    s.get(key.as_bytes(), NOW, |it| s.pin(&it))
+    s.get(key.as_bytes(), NOW, |it| s.pin(it.origin, it.value))
         .hit()
         .flatten()
         .unwrap_or_else(|| panic!("{key} could not be pinned"))
@@ -160,22 +160,10 @@ fn incr_of_a_pinned_value_leaves_the_pinned_bytes_alone() {
 fn bytes_from_outside_the_store_are_not_pinned() {
     let s = Store::builder().memory_limit(8 << 20).build().unwrap();
     set(&s, "k", b"value");
-    let outside = storage::ItemRef {
-        key: b"k",
-        value: b"value",
-        flags: 0,
-        cas: 1,
-        origin: Origin::DETACHED,
-    };
-    assert!(s.pin(&outside).is_none());
+    assert!(s.pin(Origin::DETACHED, b"value").is_none());
     // A stored item's origin with a value that is not in its segment.
     let forged = s
-        .get(b"k", NOW, |it| {
-            s.pin(&storage::ItemRef {
-                value: b"elsewhere",
-                ..it
-            })
-        })
+        .get(b"k", NOW, |it| s.pin(it.origin, b"elsewhere"))
         .hit()
         .flatten();
     assert!(forged.is_none());
@@ -207,7 +195,10 @@ fn pins_from_many_threads_while_others_write() {
                 let mut pinned = 0;
                 for i in 0..20_000u64 {
                     let key = format!("k{}", (i * 13 + r) % 400);
-                    if let Some(Some(p)) = s.get(key.as_bytes(), NOW, |it| s.pin(&it)).hit() {
+                    if let Some(Some(p)) = s
+                        .get(key.as_bytes(), NOW, |it| s.pin(it.origin, it.value))
+                        .hit()
+                    {
                         let b = s.pinned(&p);
                         assert_eq!(b.len(), 8000);
                         assert!(b.iter().all(|&x| x == b[0]), "{key}: torn value");
