@@ -3,9 +3,10 @@
 //!
 //! ```text
 //!   free list ──take──> active (one per writer group) ──full: seal──> sealed FIFO
-//!       ^                  ^  ^                                           │
-//!       │                  │  └── dead segment (no live item), no walk ───┤ (first choice)
-//!       │                  └───── evicted segment, hot items compacted ───┘ (oldest first)
+//!       ^                  ^  ^  ^                                        │
+//!       │                  │  │  └── dead segment (no live item), no walk ┤ (first choice)
+//!       │                  │  └───── half dead or more, live ones kept ───┤ (fewest live)
+//!       │                  └──────── evicted segment, hot items kept ─────┘ (oldest first)
 //!   (only at start: segments are never given back to the allocator)
 //! ```
 //!

@@ -295,3 +295,42 @@ fn expired_space_is_reclaimed_by_eviction() {
     assert!(st.expired_unfetched > 0);
     assert!(st.evictions >= before);
 }
+
+#[test]
+fn overwrites_mixed_with_cold_keys_do_not_evict_the_cold_ones() {
+    // Each round stores one new key (never read) and overwrites three of 100 hot keys:
+    // every segment ends up about a quarter live, with no segment wholly dead. 24 000
+    // cold keys of 100 B (about 3 MB with headers) fit an 8 MB store many times over,
+    // yet a FIFO that evicts the oldest segment would drop the cold keys it holds.
+    // Segments mostly dead are compacted instead, so nothing live is evicted.
+    let s = Store::builder().memory_limit(8 << 20).build().unwrap();
+    let mut value = Vec::new();
+    for i in 0..24_000u64 {
+        fill(&mut value, 100, i);
+        let key = format!("cold:{i:06}");
+        assert_eq!(
+            s.store(StoreMode::Set, key.as_bytes(), 0, 0, &value, NOW),
+            StoreOutcome::Stored
+        );
+        for j in 0..3 {
+            fill(&mut value, 300, i * 3 + j);
+            let key = format!("hot:{:03}", (i * 3 + j) % 100);
+            assert_eq!(
+                s.store(StoreMode::Set, key.as_bytes(), 0, 0, &value, NOW),
+                StoreOutcome::Stored
+            );
+        }
+    }
+    let st = s.stats();
+    assert!(
+        st.segments_used == st.segments_total,
+        "the writes filled memory: {st:?}"
+    );
+    assert_eq!(st.evictions, 0, "{st:?}");
+    for i in 0..24_000u64 {
+        fill(&mut value, 100, i);
+        let key = format!("cold:{i:06}");
+        let got = s.get(key.as_bytes(), NOW, |it| it.value.to_vec()).hit();
+        assert_eq!(got.as_deref(), Some(&value[..]), "{key}");
+    }
+}
