@@ -15,10 +15,12 @@ pub const VERSION: &str = concat!("1.6.18-ferrocache-", env!("CARGO_PKG_VERSION"
 /// memcached's highest verbosity level.
 pub const MAX_VERBOSITY_LEVEL: u32 = 2;
 
-/// `--zero-copy-min` default: values from this size up are sent in place. Below it
-/// the copy into the output buffer is cheaper than pinning and a longer iovec
-/// (measured in docs/benchmarks.md, "Zero-copy values").
-pub const DEFAULT_ZERO_COPY_MIN: usize = 16 * 1024;
+/// `--zero-copy-min` defaults: get values from this size up are sent in place. Below
+/// it one contiguous copy into the output buffer costs less (docs/benchmarks.md,
+/// "Zero-copy values"). On io_uring the vectored send is a system call of its own
+/// instead of a send batched into the ring, so it pays from a larger size.
+pub const ZERO_COPY_MIN_EPOLL: usize = 16 * 1024;
+pub const ZERO_COPY_MIN_URING: usize = 64 * 1024;
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -135,9 +137,10 @@ struct Args {
     io_backend: IoBackend,
     /// Send get values of at least this many bytes from where they are stored,
     /// with one vectored send, instead of copying them into the output buffer
-    /// (epoll backend, text protocol over TCP); 0 = always copy
-    #[arg(long = "zero-copy-min", default_value_t = DEFAULT_ZERO_COPY_MIN)]
-    zero_copy_min: usize,
+    /// (text protocol over TCP); 0 = always copy. Default: 16384 on epoll,
+    /// 65536 on io_uring
+    #[arg(long = "zero-copy-min")]
+    zero_copy_min: Option<usize>,
     /// UDP replies with segmentation offload (UDP GSO), where the kernel
     /// offers it: on (the default) or off
     #[arg(long = "udp-gso", default_value = "on", value_parser = ["on", "off"])]
@@ -274,8 +277,8 @@ pub struct Settings {
     pub io_backend: IoBackend,
     /// `--udp-gso`: send UDP replies with GSO where the kernel offers it.
     pub udp_gso: bool,
-    /// `--zero-copy-min`: get values at least this long are sent in place
-    /// (see `splice.rs`); `None` when 0 turned it off.
+    /// `--zero-copy-min` as given (`None`: the backend's default); see
+    /// [`Settings::zero_copy_min_for`].
     pub zero_copy_min: Option<usize>,
     /// `--null-store`: canned replies for get/set, for the benchmark floor.
     pub null_store: Option<Vec<u8>>,
@@ -284,6 +287,17 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The `--zero-copy-min` in effect for a worker on `backend`: get values at
+    /// least this long are sent in place (`splice.rs`); `None` when 0 turned it off.
+    pub fn zero_copy_min_for(&self, backend: IoBackend) -> Option<usize> {
+        match self.zero_copy_min {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None if backend == IoBackend::Uring => Some(ZERO_COPY_MIN_URING),
+            None => Some(ZERO_COPY_MIN_EPOLL),
+        }
+    }
+
     /// Parse a command line (the first item is the program name).
     pub fn from_args<I, T>(args: I) -> Result<Self>
     where
@@ -399,7 +413,7 @@ impl Settings {
             busy_poll_us: a.busy_poll_us,
             io_backend: a.io_backend,
             udp_gso: a.udp_gso == "on",
-            zero_copy_min: (a.zero_copy_min > 0).then_some(a.zero_copy_min),
+            zero_copy_min: a.zero_copy_min,
             null_store: a.null_store.then(|| vec![b'x'; a.null_value_bytes]),
             extended,
         })

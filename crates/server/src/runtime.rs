@@ -291,8 +291,10 @@ impl Worker {
             clients: Vec::new(),
             free: Vec::new(),
             again: Vec::new(),
-            splices: Splices::for_worker(&shared.settings),
-            splice_min: shared.settings.zero_copy_min.unwrap_or(usize::MAX),
+            splices: Splices::for_worker(&shared.settings, IoBackend::Epoll),
+            splice_min: (shared.settings)
+                .zero_copy_min_for(IoBackend::Epoll)
+                .unwrap_or(usize::MAX),
             shared,
             stats,
             wake,

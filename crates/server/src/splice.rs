@@ -15,8 +15,8 @@
 //! segment, and eviction only ever meets a pin for the microseconds of one send.
 //!
 //! Only the text protocol's `get`/`gets`/`gat`/`gats` replies over TCP (or a UNIX
-//! socket) on the epoll backend are spliced; values shorter than `--zero-copy-min` are
-//! copied, which `docs/benchmarks.md` shows is cheaper for small values.
+//! socket) are spliced; values shorter than `--zero-copy-min` (by default 16 KiB on
+//! epoll, 64 KiB on io_uring) are copied, which `docs/benchmarks.md` shows is cheaper.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -24,7 +24,7 @@ use std::io::{self, IoSlice};
 
 use storage::{Store, ValuePin};
 
-use crate::config::Settings;
+use crate::config::{IoBackend, Settings};
 use crate::sys::MAX_SEND_SLICES;
 
 /// The spliced values of the connection being served, in output order.
@@ -53,10 +53,10 @@ pub struct Output<'a> {
 }
 
 impl Splices {
-    /// A worker's splices, when `--zero-copy-min` is on.
-    pub fn for_worker(settings: &Settings) -> Option<RefCell<Splices>> {
+    /// The splices of a worker on `backend`, when `--zero-copy-min` is on for it.
+    pub fn for_worker(settings: &Settings, backend: IoBackend) -> Option<RefCell<Splices>> {
         settings
-            .zero_copy_min
+            .zero_copy_min_for(backend)
             .map(|_| RefCell::new(Splices::default()))
     }
 

@@ -154,7 +154,10 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     o.yes_no("pin", s.pin);
     o.num("busy_poll_us", s.busy_poll_us);
     o.str("udp_gso", if s.udp_gso { "on" } else { "off" });
-    o.num("zero_copy_min", s.zero_copy_min.unwrap_or(0));
+    o.num(
+        "zero_copy_min",
+        s.zero_copy_min_for(s.io_backend).unwrap_or(0),
+    );
     for (key, value) in &s.extended {
         if key != "idle_timeout" {
             o.str(key, if value.is_empty() { "yes" } else { value });

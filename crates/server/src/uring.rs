@@ -179,8 +179,10 @@ impl UringWorker {
             accepted: Vec::new(),
             accept_retry: Vec::new(),
             repoll: Vec::new(),
-            splices: Splices::for_worker(&shared.settings),
-            splice_min: shared.settings.zero_copy_min.unwrap_or(usize::MAX),
+            splices: Splices::for_worker(&shared.settings, IoBackend::Uring),
+            splice_min: (shared.settings)
+                .zero_copy_min_for(IoBackend::Uring)
+                .unwrap_or(usize::MAX),
             shared,
             stats,
             draining: false,

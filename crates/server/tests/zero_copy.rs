@@ -143,3 +143,22 @@ fn in_place_and_copied_replies_are_identical() {
         "copied and in-place replies differ"
     );
 }
+
+#[test]
+fn the_default_threshold_follows_the_backend() {
+    // Measured in docs/benchmarks.md ("Zero-copy values"): on io_uring the vectored
+    // send is a system call of its own, so it pays only from larger values.
+    let server = ServerProcess::start(ServerKind::Ferrocache, &["-t", "1", "-U", "0"]);
+    let settings = server.connect().stats("settings");
+    let want = match settings["io_backend"].as_str() {
+        "uring" => "65536",
+        "epoll" => "16384",
+        other => panic!("io_backend {other}"),
+    };
+    assert_eq!(settings["zero_copy_min"], want);
+    let off = ServerProcess::start(
+        ServerKind::Ferrocache,
+        &["-t", "1", "-U", "0", "--zero-copy-min", "0"],
+    );
+    assert_eq!(off.connect().stats("settings")["zero_copy_min"], "0");
+}
