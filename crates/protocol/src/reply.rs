@@ -98,8 +98,36 @@ unsafe fn copy_short(dst: *mut u8, src: &[u8]) {
 /// `get`/`gets`/`gat`/`gats` for one hit (with the cas for `gets`/`gats`).
 #[inline(always)]
 pub fn compose_value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option<u64>) {
+    compose(out, key, flags, data.len(), Some(data), cas);
+}
+
+/// Append only the line `VALUE <key> <flags> <bytes>[ <cas>]\r\n` of
+/// [`compose_value`], for a data block of `bytes` that the caller sends from
+/// elsewhere, followed by `\r\n`.
+pub fn compose_value_head(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    flags: u32,
+    bytes: usize,
+    cas: Option<u64>,
+) {
+    compose(out, key, flags, bytes, None, cas);
+}
+
+/// [`compose_value`], or its first line alone when `data` is `None`, with one
+/// reservation.
+#[inline(always)]
+fn compose(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    flags: u32,
+    bytes: usize,
+    data: Option<&[u8]>,
+    cas: Option<u64>,
+) {
+    debug_assert!(data.is_none_or(|d| d.len() == bytes));
     let flags_len = decimal_len(u64::from(flags));
-    let bytes_len = decimal_len(data.len() as u64);
+    let bytes_len = decimal_len(bytes as u64);
     let cas_len = cas.map_or(0, decimal_len);
     let total = 6
         + key.len()
@@ -108,8 +136,7 @@ pub fn compose_value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas
         + 1
         + bytes_len
         + 2
-        + data.len()
-        + 2
+        + data.map_or(0, |d| d.len() + 2)
         + if cas.is_some() { 1 + cas_len } else { 0 };
     out.reserve(total);
     let start = out.len();
@@ -129,7 +156,7 @@ pub fn compose_value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas
         write_decimal(p.add(1), flags_len, u64::from(flags));
         p = p.add(1 + flags_len);
         *p = b' ';
-        write_decimal(p.add(1), bytes_len, data.len() as u64);
+        write_decimal(p.add(1), bytes_len, bytes as u64);
         p = p.add(1 + bytes_len);
         if let Some(c) = cas {
             *p = b' ';
@@ -138,10 +165,12 @@ pub fn compose_value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas
         }
         ptr::copy_nonoverlapping(b"\r\n".as_ptr(), p, 2);
         p = p.add(2);
-        copy_short(p, data);
-        p = p.add(data.len());
-        ptr::copy_nonoverlapping(b"\r\n".as_ptr(), p, 2);
-        p = p.add(2);
+        if let Some(data) = data {
+            copy_short(p, data);
+            p = p.add(data.len());
+            ptr::copy_nonoverlapping(b"\r\n".as_ptr(), p, 2);
+            p = p.add(2);
+        }
         debug_assert_eq!(p.offset_from(base) as usize, total);
         out.set_len(start + total);
     }
@@ -199,5 +228,22 @@ mod tests {
         want.extend_from_slice(&[b'v'; 100]);
         want.extend_from_slice(b"\r\n");
         assert_eq!(out, want);
+    }
+
+    #[test]
+    fn value_heads_are_the_first_lines_of_value_replies() {
+        for (key, flags, data, cas) in [
+            (&b"k"[..], 0, &b"hello"[..], None),
+            (b"key:0123456789", 4_294_967_295, b"", Some(1)),
+            (b"big", 7, &[b'v'; 70_000][..], Some(u64::MAX)),
+        ] {
+            let mut whole = b"END\r\n".to_vec();
+            compose_value(&mut whole, key, flags, data, cas);
+            let mut head = b"END\r\n".to_vec();
+            compose_value_head(&mut head, key, flags, data.len(), cas);
+            head.extend_from_slice(data);
+            head.extend_from_slice(b"\r\n");
+            assert_eq!(head, whole);
+        }
     }
 }

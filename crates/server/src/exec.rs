@@ -679,17 +679,7 @@ fn splice_value(
     let Some(pin) = exec.store().pin(origin, value) else {
         return false;
     };
-    out.extend_from_slice(b"VALUE ");
-    out.extend_from_slice(key);
-    out.push(b' ');
-    push_u64(out, u64::from(flags));
-    out.push(b' ');
-    push_u64(out, value.len() as u64);
-    if let Some(c) = cas {
-        out.push(b' ');
-        push_u64(out, c);
-    }
-    out.extend_from_slice(CRLF);
+    protocol::reply::compose_value_head(out, key, flags, value.len(), cas);
     splices.push(out.len(), pin);
     out.extend_from_slice(CRLF);
     true

@@ -284,6 +284,7 @@ impl Worker {
             poll.registry()
                 .register(&mut u.socket, Token(UDP_BASE + i), Interest::READABLE)?;
         }
+        let (splices, splice_min) = Splices::for_worker(&shared.settings, IoBackend::Epoll);
         Ok(Worker {
             poll,
             listeners,
@@ -291,10 +292,8 @@ impl Worker {
             clients: Vec::new(),
             free: Vec::new(),
             again: Vec::new(),
-            splices: Splices::for_worker(&shared.settings, IoBackend::Epoll),
-            splice_min: (shared.settings)
-                .zero_copy_min_for(IoBackend::Epoll)
-                .unwrap_or(usize::MAX),
+            splices,
+            splice_min,
             shared,
             stats,
             wake,

@@ -27,6 +27,13 @@ use storage::{Store, ValuePin};
 use crate::config::{IoBackend, Settings};
 use crate::sys::MAX_SEND_SLICES;
 
+/// Slices one [`Splices::send`] call offers at most.
+const SEND_SLICES: usize = if MAX_SEND_SLICES < 128 {
+    MAX_SEND_SLICES
+} else {
+    128
+};
+
 /// The spliced values of the connection being served, in output order.
 #[derive(Default)]
 pub struct Splices {
@@ -53,11 +60,17 @@ pub struct Output<'a> {
 }
 
 impl Splices {
-    /// The splices of a worker on `backend`, when `--zero-copy-min` is on for it.
-    pub fn for_worker(settings: &Settings, backend: IoBackend) -> Option<RefCell<Splices>> {
-        settings
-            .zero_copy_min_for(backend)
-            .map(|_| RefCell::new(Splices::default()))
+    /// A worker on `backend`: its splices when `--zero-copy-min` is on for it, and
+    /// the value length from which gets splice (`Exec::splice_min`; `usize::MAX`
+    /// when off).
+    pub fn for_worker(
+        settings: &Settings,
+        backend: IoBackend,
+    ) -> (Option<RefCell<Splices>>, usize) {
+        match settings.zero_copy_min_for(backend) {
+            Some(min) => (Some(RefCell::new(Splices::default())), min),
+            None => (None, usize::MAX),
+        }
     }
 
     #[inline]
@@ -107,22 +120,29 @@ impl Splices {
         let mut total = 0;
         while *out.pos < out.buf.len() || !self.list.is_empty() {
             let (offered, sent) = {
-                let mut iov = Vec::with_capacity((2 * self.list.len() + 1).min(MAX_SEND_SLICES));
+                // On the stack: no allocation per send. A turn pins at most 1 MiB, so
+                // this is every value but the smallest ones; the rest go next time round.
+                let mut iov = [IoSlice::new(&[]); SEND_SLICES];
+                let mut n = 0;
                 let mut pos = *out.pos;
                 for s in &self.list {
-                    if iov.len() + 2 > MAX_SEND_SLICES {
+                    if n + 2 > SEND_SLICES {
                         break;
                     }
                     if s.at > pos {
-                        iov.push(IoSlice::new(&out.buf[pos..s.at]));
+                        iov[n] = IoSlice::new(&out.buf[pos..s.at]);
+                        n += 1;
                         pos = s.at;
                     }
-                    iov.push(IoSlice::new(&store.pinned(&s.pin)[s.sent..]));
+                    iov[n] = IoSlice::new(&store.pinned(&s.pin)[s.sent..]);
+                    n += 1;
                 }
-                if pos < out.buf.len() && iov.len() < MAX_SEND_SLICES {
-                    iov.push(IoSlice::new(&out.buf[pos..]));
+                if pos < out.buf.len() && n < SEND_SLICES {
+                    iov[n] = IoSlice::new(&out.buf[pos..]);
+                    n += 1;
                 }
-                (iov.iter().map(|s| s.len()).sum::<usize>(), send(&iov))
+                let iov = &iov[..n];
+                (iov.iter().map(|s| s.len()).sum::<usize>(), send(iov))
             };
             let n = match sent {
                 Ok(n) => n,
@@ -239,6 +259,17 @@ mod tests {
             .unwrap()
     }
 
+    /// A socket that takes at most `room` bytes of `iov` into `wire`; returns how many.
+    fn take(iov: &[IoSlice<'_>], room: usize, wire: &mut Vec<u8>) -> usize {
+        let mut left = room;
+        for s in iov {
+            let k = s.len().min(left);
+            wire.extend_from_slice(&s[..k]);
+            left -= k;
+        }
+        room - left
+    }
+
     fn sample_store() -> Store {
         store_with(&[("a", vec![b'a'; 3000]), ("b", vec![b'b'; 5000])])
     }
@@ -262,15 +293,7 @@ mod tests {
                     flush_mark: &mut mark,
                 };
                 sent += splices
-                    .send(out, &store, |iov| {
-                        let mut room = step;
-                        for s in iov {
-                            let k = s.len().min(room);
-                            wire.extend_from_slice(&s[..k]);
-                            room -= k;
-                        }
-                        Ok(step - room)
-                    })
+                    .send(out, &store, |iov| Ok(take(iov, step, &mut wire)))
                     .unwrap();
             }
             assert_eq!(sent, whole.len(), "step {step}");
@@ -303,13 +326,7 @@ mod tests {
                         if calls > 1 {
                             return Err(io::ErrorKind::WouldBlock.into());
                         }
-                        let mut room = taken;
-                        for s in iov {
-                            let k = s.len().min(room);
-                            wire.extend_from_slice(&s[..k]);
-                            room -= k;
-                        }
-                        Ok(taken - room)
+                        Ok(take(iov, taken, &mut wire))
                     },
                 )
                 .unwrap();

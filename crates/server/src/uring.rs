@@ -167,6 +167,7 @@ impl UringWorker {
             Ok(r) => r,
             Err(e) => return Err((e, listeners, udp)),
         };
+        let (splices, splice_min) = Splices::for_worker(&shared.settings, IoBackend::Uring);
         Ok(UringWorker {
             ring,
             listeners,
@@ -179,10 +180,8 @@ impl UringWorker {
             accepted: Vec::new(),
             accept_retry: Vec::new(),
             repoll: Vec::new(),
-            splices: Splices::for_worker(&shared.settings, IoBackend::Uring),
-            splice_min: (shared.settings)
-                .zero_copy_min_for(IoBackend::Uring)
-                .unwrap_or(usize::MAX),
+            splices,
+            splice_min,
             shared,
             stats,
             draining: false,

@@ -137,14 +137,21 @@ impl Store {
                 at.and_then(|i| pool.sealed.remove(i))
             };
             let (seg, top) = candidate?;
-            let used = self.evict_segment(seg, top, usize::MAX, true, now);
-            self.reopen_to_pins(seg);
-            if used as usize + len <= size {
-                Some((seg, used))
-            } else {
-                self.pool_lock().sealed.push_back((seg, used));
-                None
-            }
+            self.compact_closed(seg, top, len, now)
+        }
+    }
+
+    /// Compact sealed segment `seg` (taken off the FIFO and closed to pins), keeping
+    /// every live item, and hand it out if `len` bytes fit after them; otherwise it
+    /// goes back to the FIFO.
+    fn compact_closed(&self, seg: u32, top: u32, len: usize, now: RelTime) -> Option<(u32, u32)> {
+        let used = self.evict_segment(seg, top, usize::MAX, true, now);
+        self.reopen_to_pins(seg);
+        if used as usize + len <= self.segment_size {
+            Some((seg, used))
+        } else {
+            self.pool_lock().sealed.push_back((seg, used));
+            None
         }
     }
 
@@ -211,14 +218,7 @@ impl Store {
             }
             pool.sealed.remove(at)?
         };
-        let used = self.evict_segment(seg, top, usize::MAX, true, now);
-        self.reopen_to_pins(seg);
-        if used as usize + len <= size {
-            Some((seg, used))
-        } else {
-            self.pool_lock().sealed.push_back((seg, used));
-            None
-        }
+        self.compact_closed(seg, top, len, now)
     }
 
     /// Walk sealed segment `seg` (bytes `0..top`), drop or keep each item, compact the
