@@ -10,7 +10,8 @@
 //!  | u8    | + HAS_FLAGS bit31 | u8   | u32      | u32      | u64             | u32, only  |     |       |
 //!  |       |                   |      |          |          |                 | if HAS_FLAGS|     |       |
 //!  +-------+-------------------+------+----------+----------+-----------------+~~~~~~~~~~~~+-----+-------+
-//!  \______ immutable _________/ \______ mutable, only under the shard lock __/ \__ immutable ________/
+//!  \______ immutable _________/ \______ mutable, only under the shard lock __/ \__mutable_/ \imm/ \_mut_/
+//!                                                             flags and value: rewritten only under the lock, when unpinned
 //! ```
 //!
 //! * `klen` is 1..=255 for an item. `klen == 0` marks a padding record (a reservation whose
@@ -23,7 +24,9 @@
 //!
 //! The first five bytes and the key never change once the item is published, so the
 //! evictor may read them without the shard lock; every other byte is read or written only
-//! under the lock of the shard that indexes the item.
+//! under the lock of the shard that indexes the item. Flags and value change only when an
+//! `incr`/`decr` or a store of the same shape rewrites the item in place, never while a
+//! value pin is on its segment (a pin's holder reads the value without the lock).
 //!
 //! Fixed header: 22 bytes (26 with client flags), against memcached's 48-byte `item`
 //! plus 8-byte CAS, plus key NUL and value `\r\n`.
@@ -227,6 +230,16 @@ pub(crate) fn set_mark(w: &mut [u8], bits: u8) {
 #[inline]
 pub(crate) fn clear_mark(w: &mut [u8], bits: u8) {
     w[OFF_MARK - MUT_START] &= !bits;
+}
+
+/// Rewrite the whole mutable window for a new version of the item written over the old
+/// one: `mark` replaced, not or-ed.
+#[inline]
+pub(crate) fn set_new_version(w: &mut [u8], mark: u8, exptime: u32, time: u32, cas: u64) {
+    w[OFF_MARK - MUT_START] = mark;
+    set_exptime(w, exptime);
+    set_time(w, time);
+    set_cas(w, cas);
 }
 
 /// Overwrite the exptime in the mutable window.

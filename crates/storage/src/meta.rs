@@ -483,6 +483,50 @@ mod tests {
     }
 
     #[test]
+    fn meta_stores_of_the_same_shape_keep_their_marks() {
+        // The value and flags have the live item's shape, so a plain set would be written
+        // over it in place; a stale store must still keep the TTL and mark the item, and
+        // `b` must still be remembered.
+        let s = store();
+        let (_, c1) = s.store_cas(StoreMode::Set, b"k", 3, NOW + 50, b"new", NOW);
+        let (_, c2) = s.store_cas(StoreMode::Set, b"k", 3, NOW + 50, b"now", NOW);
+        let stale = MetaStore {
+            mode: StoreMode::Cas(c1),
+            key: b"k",
+            flags: 3,
+            exptime: 0,
+            value: b"old",
+            append_cas: 0,
+            invalidate: true,
+            key_binary: false,
+        };
+        let (out, c3) = s.meta_store(stale, NOW);
+        assert_eq!(out, StoreOutcome::Stored);
+        assert!(c3 > c2);
+        let got = s.meta_get(b"k", false, NOW, |it, _| {
+            (it.stale(), it.exptime(), it.value().to_vec())
+        });
+        assert_eq!(got.1, Some((true, NOW + 50, b"old".to_vec())));
+        let binary = MetaStore {
+            mode: StoreMode::Set,
+            value: b"bin",
+            invalidate: false,
+            key_binary: true,
+            ..stale
+        };
+        assert_eq!(s.meta_store(binary, NOW).0, StoreOutcome::Stored);
+        let got = s.meta_get(b"k", false, NOW, |it, _| {
+            (
+                it.stale(),
+                it.key_binary(),
+                it.exptime(),
+                it.value().to_vec(),
+            )
+        });
+        assert_eq!(got.1, Some((false, true, 0, b"bin".to_vec())));
+    }
+
+    #[test]
     fn append_with_cas_and_binary_key() {
         let s = store();
         let (_, c1) = s.store_cas(StoreMode::Set, b"k", 0, 0, b"a", NOW);

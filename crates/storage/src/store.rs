@@ -3,7 +3,9 @@
 //! Every operation hashes the key, locks one index shard and works on the item in its
 //! segment under that lock. Stores first reserve space in the writer group's open
 //! segment (with no shard lock held, because finding space may evict), copy the item
-//! in, then lock the shard to check the command's condition and publish the entry.
+//! in, then lock the shard to check the command's condition and publish the entry;
+//! a store whose item has the live one's shape writes over it instead
+//! (`Store::overwrite_in_place`).
 //! Following memcached's naming rule, `do_*` helpers run with the shard lock held.
 
 use std::collections::hash_map::RandomState;
@@ -80,6 +82,14 @@ impl<R, F: FnOnce(ItemRef<'_>) -> R> Visit for Call<F> {
     #[inline]
     fn visit(self, item: ItemRef<'_>) -> R {
         (self.0)(item)
+    }
+}
+
+impl Peeked {
+    /// Whether the lock-free look saw an entry for the key (a hint only).
+    #[inline]
+    pub(crate) fn seen(&self) -> bool {
+        self.pos != Pos::MAX
     }
 }
 
@@ -451,22 +461,11 @@ impl Store {
         now: RelTime,
     ) -> (StoreOutcome, u64) {
         let h = hash_key(self.seed, key);
-        // The version this store replaces is read under the lock below (key compare,
-        // header), after the reservation and the copy of the new item. Under overwrites
-        // it is usually out of cache: asking for it now overlaps that miss with the copy.
-        let _ = self.prefetch_record(KeyHash(h), key.len());
+        // The version this store replaces is read under the lock (key compare, header).
+        // Under overwrites it is usually out of cache: asking for it now overlaps that
+        // miss with the hashing and locking (or with the copy of a new item).
+        let peeked = self.prefetch_record(KeyHash(h), key.len());
         let slot = self.shard_for(h);
-        if mode != StoreMode::Set {
-            // Check first, so a refused add/replace/cas burns no segment space.
-            let mut shard = slot.lock();
-            let live_cas = self
-                .do_find_live(&mut shard, h, key, now)
-                .ok()
-                .map(|(_, hd)| hd.cas);
-            if let Some(refused) = condition_ext(mode, live_cas, extra.invalidate) {
-                return (refused, 0);
-            }
-        }
         let new = NewItem {
             klen: key.len(),
             vlen: value.len(),
@@ -475,6 +474,28 @@ impl Store {
             time: now,
             cas: 0,
         };
+        // A set seen (without the lock) to replace an item may overwrite it in place;
+        // add/replace/cas check their condition first, so a refused one burns no
+        // segment space.
+        if mode != StoreMode::Set || peeked.seen() {
+            let mut shard = slot.lock();
+            // The record borrow ends here: an overwrite writes the item's bytes.
+            let live = self
+                .find_live_record_from(&mut shard, h, key, peeked, now)
+                .ok()
+                .map(|(e, hd, _)| (e, hd));
+            if let Some(refused) = condition_ext(mode, live.map(|(_, hd)| hd.cas), extra.invalidate)
+            {
+                return (refused, 0);
+            }
+            if let Some((e, old)) = live {
+                if let Some(cas) =
+                    self.overwrite_in_place(&mut shard, e, &old, &new, value, mode, extra)
+                {
+                    return (StoreOutcome::Stored, cas);
+                }
+            }
+        }
         let Some(r) = self.reserve(new.total_len(), now) else {
             return (StoreOutcome::NoMemory, 0);
         };
@@ -547,6 +568,69 @@ impl Store {
         drop(shard);
         self.release(r);
         (StoreOutcome::Stored, cas)
+    }
+
+    /// Under the shard lock, after the store's condition passed: write the new version
+    /// of live item `e` (header `old`) over its bytes, when it has the same shape (key,
+    /// value length, and whether it has client flags) so the immutable prefix and key
+    /// stay as they are. Returns the new CAS id, or `None` when the store must write a
+    /// new item instead:
+    ///
+    /// * another shape: the record's length is fixed once the evictor may walk it;
+    /// * a value pin on the segment: a reader is sending the old value in place;
+    /// * `-M` (no evictions): memcached refuses any store, overwrites included, once
+    ///   memory is full, and only a new item reaches that check;
+    /// * a stale CAS accepted by meta `ms I`: it keeps the old exptime and marks.
+    ///
+    /// Overwriting in place is memcached's memory behaviour (a freed chunk of the same
+    /// slab class is reused at once) in a log: overwrites leave no dead versions behind,
+    /// the store's memory stays near its live data, and the bytes written are the ones
+    /// the lookup just read, so they are in cache. The item keeps its place in the
+    /// eviction order; it is marked accessed, so the CLOCK gives it the second chance a
+    /// new item would get by being written at the head of the log.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn overwrite_in_place(
+        &self,
+        shard: &mut Shard,
+        e: u64,
+        old: &Header,
+        new: &NewItem,
+        value: &[u8],
+        mode: StoreMode,
+        extra: WholeExtra,
+    ) -> Option<u64> {
+        let stale = matches!(mode, StoreMode::Cas(want) if want != old.cas);
+        let same_shape = old.prefix.vlen == new.vlen && old.prefix.has_flags == (new.flags != 0);
+        let (seg, off) = unpack(e);
+        if !same_shape || stale || !self.evictions || self.has_pins(seg) {
+            return None;
+        }
+        let mem = self.mem(seg);
+        let value_at = off as usize + old.prefix.key_offset() + old.prefix.klen;
+        // SAFETY: the caller holds the shard lock of `e`, which is indexed and live, and no
+        // borrow of its record (rule 2); no pin is on its segment, checked under this lock,
+        // so no reader outside the lock is sending the value. The range is the value
+        // only: the prefix and key, which the evictor reads without the lock, are not
+        // written.
+        unsafe { mem.bytes_mut(value_at, new.vlen) }.copy_from_slice(value);
+        if new.flags != 0 {
+            // SAFETY: as above, the four flag bytes after the fixed header.
+            let f = unsafe { mem.bytes_mut(off as usize + item::HEADER_BYTES, item::FLAGS_BYTES) };
+            f.copy_from_slice(&new.flags.to_le_bytes());
+        }
+        let cas = self.next_cas();
+        // SAFETY: as above, the mutable header window.
+        let w = unsafe { self.mut_window(e) };
+        let mark = if extra.key_binary {
+            item::MARK_KEY_BINARY
+        } else {
+            0
+        };
+        item::set_new_version(w, mark | MARK_ACCESSED, new.exptime, new.time, cas);
+        // memcached links a new item: the item count grows, and the byte count stays.
+        shard.stats.total_items += 1;
+        Some(cas)
     }
 
     /// append/prepend: a new item holding old value and new data, in either order.
@@ -1318,6 +1402,34 @@ mod tests {
     fn store_is_send_and_sync() {
         fn check<T: Send + Sync>() {}
         check::<Store>();
+    }
+
+    /// Where the index points for `key`.
+    fn entry_of(s: &Store, key: &[u8]) -> Option<u64> {
+        let h = hash_key(s.seed, key);
+        let shard = s.shard_for(h).lock();
+        shard
+            .table
+            .find_map(h, |e| s.key_eq(e, key).then_some(e))
+            .map(|(_, e)| e)
+    }
+
+    #[test]
+    fn overwrite_in_place_rewrites_value_flags_and_header() {
+        let s = store();
+        let (_, c1) = s.store_cas(StoreMode::Set, b"key", 7, 0, b"first", 1);
+        let e1 = entry_of(&s, b"key");
+        let (_, c2) = s.store_cas(StoreMode::Set, b"key", 9, 40, b"again", 2);
+        let e2 = entry_of(&s, b"key");
+        assert_eq!(e1, e2, "written over the old item");
+        assert!(c2 > c1);
+        assert_eq!(get(&s, b"key", 3), Some((b"again".to_vec(), 9, c2)));
+        assert_eq!(get(&s, b"key", 40), None, "the new exptime");
+        // Another length: a new item elsewhere.
+        s.store(StoreMode::Set, b"key", 9, 0, b"longer", 3);
+        let e3 = entry_of(&s, b"key");
+        assert_ne!(e3, e2);
+        assert_eq!(get(&s, b"key", 3).map(|g| g.0), Some(b"longer".to_vec()));
     }
 
     #[test]

@@ -208,13 +208,14 @@ fn overwrites_reuse_dead_segments_before_never_used_ones() {
     // 1 000 keys of 1 KB (about 1 MB live) set again and again: 48 MB written into a
     // 32 MB store of 1 MB segments. Segments whose items were all overwritten are
     // reused before untouched ones, so only a few are ever used and nothing is evicted.
+    // The length changes every round, so every overwrite writes a new item.
     let s = Store::builder().memory_limit(32 << 20).build().unwrap();
     assert_eq!(s.segment_size(), 1 << 20);
     let mut value = Vec::new();
     let mut most_used = 0;
     for round in 0..48u64 {
         for k in 0..1000u64 {
-            fill(&mut value, 1000, round * 1000 + k);
+            fill(&mut value, 1000 + (round % 2) as usize, round * 1000 + k);
             let key = format!("key:{k:05}");
             assert_eq!(
                 s.store(StoreMode::Set, key.as_bytes(), 0, 0, &value, NOW),
@@ -231,7 +232,7 @@ fn overwrites_reuse_dead_segments_before_never_used_ones() {
         "{most_used} segments used for about 1 MB live"
     );
     for k in 0..1000u64 {
-        fill(&mut value, 1000, 47 * 1000 + k);
+        fill(&mut value, 1001, 47 * 1000 + k);
         let key = format!("key:{k:05}");
         let got = s.get(key.as_bytes(), NOW, |it| it.value.to_vec()).hit();
         assert_eq!(got.as_deref(), Some(&value[..]), "{key}");
@@ -240,18 +241,20 @@ fn overwrites_reuse_dead_segments_before_never_used_ones() {
 
 #[test]
 fn a_segment_with_one_live_item_is_not_reused() {
-    // One key written once, then 2 000 other keys overwritten many times: the segment
-    // holding the first key never dies, and the key survives every reuse around it.
+    // One key written once, then 2 000 other keys overwritten many times (with another
+    // length each time, so not in place): the segment holding the first key never dies,
+    // and the key survives every reuse around it.
     let s = Store::builder().memory_limit(16 << 20).build().unwrap();
-    let value = vec![b'x'; 1000];
+    let value = vec![b'x'; 1001];
     assert_eq!(
         s.store(StoreMode::Set, b"keeper", 7, 0, b"kept", NOW),
         StoreOutcome::Stored
     );
     for i in 0..40_000u32 {
         let key = format!("k{}", i % 2000);
+        let len = 1000 + (i / 2000 % 2) as usize;
         assert_eq!(
-            s.store(StoreMode::Set, key.as_bytes(), 0, 0, &value, NOW),
+            s.store(StoreMode::Set, key.as_bytes(), 0, 0, &value[..len], NOW),
             StoreOutcome::Stored
         );
     }
@@ -313,7 +316,9 @@ fn overwrites_mixed_with_cold_keys_do_not_evict_the_cold_ones() {
             StoreOutcome::Stored
         );
         for j in 0..3 {
-            fill(&mut value, 300, i * 3 + j);
+            // Another length each time, so each overwrite writes a new item (one of
+            // the same shape would be written over the old one in place).
+            fill(&mut value, 300 + ((i * 3 + j) % 7) as usize, i * 3 + j);
             let key = format!("hot:{:03}", (i * 3 + j) % 100);
             assert_eq!(
                 s.store(StoreMode::Set, key.as_bytes(), 0, 0, &value, NOW),

@@ -75,7 +75,8 @@ fn eviction_passes_over_a_pinned_segment_until_it_is_unpinned() {
 #[test]
 fn a_dead_segment_is_not_reused_while_pinned() {
     // Overwrites of a few keys reuse their dead segments at once (see eviction.rs); a
-    // pinned value in one of them keeps that segment out of the cycle.
+    // pinned value in one of them keeps that segment out of the cycle. Each round
+    // changes the length, so every overwrite writes a new item.
     let s = Store::builder().memory_limit(32 << 20).build().unwrap();
     for k in 0..100u64 {
         set(&s, &format!("k{k}"), &fill(1000, k));
@@ -85,13 +86,17 @@ fn a_dead_segment_is_not_reused_while_pinned() {
     assert_eq!(s.pinned(&p), &first[..]);
     for round in 1..60u64 {
         for k in 0..100u64 {
-            set(&s, &format!("k{k}"), &fill(1000, round * 100 + k));
+            set(
+                &s,
+                &format!("k{k}"),
+                &fill(1000 + (round % 2) as usize, round * 100 + k),
+            );
         }
     }
     assert_eq!(s.pinned(&p), &first[..]);
     assert_eq!(s.stats().evictions, 0);
     s.unpin(p);
-    assert_eq!(value(&s, "k3"), Some(fill(1000, 59 * 100 + 3)));
+    assert_eq!(value(&s, "k3"), Some(fill(1001, 59 * 100 + 3)));
 }
 
 #[test]
