@@ -87,7 +87,7 @@ fn reply(out: &mut Vec<u8>, noreply: bool, line: &[u8]) {
 }
 
 impl Exec<'_> {
-    fn store(&self) -> &Store {
+    pub fn store(&self) -> &Store {
         &self.shared.store
     }
 
@@ -232,11 +232,17 @@ impl Exec<'_> {
     /// `get`/`gets` of one key: [`Exec::get`] without the key iteration and
     /// the pausing between keys. Returns false, having done nothing, when the
     /// general path must run instead (a key too long, `--null-store`, a touch).
-    #[inline]
+    ///
+    /// `hashed` is the key's hash and where [`storage::Store::prefetch_record`] saw
+    /// it, when a pipelined batch prefetched its keys ahead (see `ahead.rs`).
+    /// Inlined at both of its call sites in `Conn::step`: the call itself was a tenth
+    /// of a pipelined get's instructions.
+    #[inline(always)]
     pub fn get_one(
         &self,
         command: GetCommand,
         key: &[u8],
+        hashed: Option<(KeyHash, Peeked)>,
         out: &mut Vec<u8>,
         flush_mark: &mut usize,
     ) -> bool {
@@ -256,7 +262,8 @@ impl Exec<'_> {
             splice_min: self.splice_min,
             exec: self,
         };
-        let lookup = store.get_hashed(key, store.hash(key), Peeked::default(), now, compose);
+        let (h, peeked) = hashed.unwrap_or_else(|| (store.hash(key), Peeked::default()));
+        let lookup = store.get_hashed(key, h, peeked, now, compose);
         let mut tally = GetTally {
             lookups: 1,
             ..GetTally::default()
@@ -403,6 +410,7 @@ impl Exec<'_> {
         cas: u64,
         noreply: bool,
         data: &[u8],
+        hashed: Option<(KeyHash, Peeked)>,
         out: &mut Vec<u8>,
     ) {
         let now = self.shared.clock.now();
@@ -424,8 +432,15 @@ impl Exec<'_> {
         let outcome = if self.shared.settings.null_store.is_some() {
             StoreOutcome::Stored
         } else {
-            self.store()
-                .store(mode, key, flags, exptime, &data[..len], now)
+            let store = self.store();
+            match hashed {
+                Some((h, peeked)) => {
+                    store
+                        .store_cas_hashed(mode, key, h, peeked, flags, exptime, &data[..len], now)
+                        .0
+                }
+                None => store.store(mode, key, flags, exptime, &data[..len], now),
+            }
         };
         let line: &[u8] = match outcome {
             StoreOutcome::Stored => {

@@ -16,6 +16,7 @@
 //!
 //! Parsing lives in the `protocol` crate and item memory in `storage`.
 
+mod ahead;
 mod binary;
 mod clock;
 mod config;

@@ -334,6 +334,33 @@ fn run_random_streams(
     writes: Writes,
     ferrocache_args: &[&'static str],
 ) {
+    let test = match (writes, ferrocache_args.is_empty()) {
+        (Writes::Whole, true) => "random_streams_whole_writes",
+        (Writes::Fragmented, true) => "random_streams_fragmented_writes",
+        (_, false) => "random_streams_every_value_in_place",
+    };
+    run_streams(
+        gen::stream,
+        test,
+        base,
+        offset,
+        count,
+        writes,
+        ferrocache_args,
+    );
+}
+
+/// Runs `count` streams from `generate`, seeds `base + offset + i`, and panics with the
+/// reports of failing ones; `test` names the test in the replay command.
+fn run_streams(
+    generate: fn(u64, usize) -> Vec<Step>,
+    test: &str,
+    base: u64,
+    offset: u64,
+    count: u64,
+    writes: Writes,
+    ferrocache_args: &[&'static str],
+) {
     let steps_per_stream = common::env_u64("FERRO_DIFF_STEPS", 40) as usize;
     eprintln!(
         "differential ({writes:?} writes): {count} streams x {steps_per_stream} steps, \
@@ -351,13 +378,8 @@ fn run_random_streams(
             first_on_server = i;
         }
         let seed = base.wrapping_add(offset).wrapping_add(i);
-        let steps = gen::stream(seed, steps_per_stream);
+        let steps = generate(seed, steps_per_stream);
         if let Err(text) = run_stream(&mut pair, seed, &steps, writes) {
-            let test = match (writes, ferrocache_args.is_empty()) {
-                (Writes::Whole, true) => "random_streams_whole_writes",
-                (Writes::Fragmented, true) => "random_streams_fragmented_writes",
-                (_, false) => "random_streams_every_value_in_place",
-            };
             let command = format!(
                 "cargo test --release -p ferrocache-server --test differential {test} \
                  -- --nocapture"
@@ -410,6 +432,39 @@ fn random_streams_every_value_in_place() {
     run_random_streams(
         base_seed(),
         2 << 32,
+        count,
+        Writes::Whole,
+        EVERY_VALUE_IN_PLACE,
+    );
+}
+
+/// Pipelined batches of one-key gets and sets, the requests the server parses ahead and
+/// prefetches (`ahead.rs`), on few keys so that a batch often stores a key it also reads,
+/// with same-length sets (overwritten in place) and other lengths (new items).
+#[test]
+fn pipelined_batches_parsed_ahead() {
+    let count = common::env_u64("FERRO_DIFF_STREAMS", 150);
+    run_streams(
+        gen::pipelined_stream,
+        "pipelined_batches_parsed_ahead",
+        base_seed(),
+        3 << 32,
+        count,
+        Writes::Whole,
+        &[],
+    );
+}
+
+/// The same with every get value sent in place: a value pinned by a get of the batch
+/// must not be overwritten in place by a set later in the same batch.
+#[test]
+fn pipelined_batches_parsed_ahead_values_in_place() {
+    let count = common::env_u64("FERRO_DIFF_STREAMS", 100);
+    run_streams(
+        gen::pipelined_stream,
+        "pipelined_batches_parsed_ahead_values_in_place",
+        base_seed(),
+        4 << 32,
         count,
         Writes::Whole,
         EVERY_VALUE_IN_PLACE,

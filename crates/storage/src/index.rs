@@ -27,7 +27,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::segment::prefetch_line;
-use crate::table::{self, Bucket, IndexTable, Pos};
+use crate::table::{self, Bucket, IndexTable, Peek};
 
 /// Pack a location into an index entry.
 #[inline]
@@ -127,9 +127,10 @@ pub(crate) struct Hint {
 
 impl Hint {
     /// Without locking: the first entry on hash `h`'s probe path whose tag matches,
-    /// and its position; a guess to prefetch by and to check under the lock.
+    /// and its position (or whether there was none); a guess to prefetch by and to
+    /// check under the lock.
     #[inline]
-    pub fn peek(&self, h: u64) -> Option<(Pos, u64)> {
+    pub fn peek(&self, h: u64) -> Peek {
         // Acquire: pairs with the release in `ShardGuard::drop`, so the bucket array the
         // word names is seen initialised.
         let published = self.published.load(Ordering::Acquire);

@@ -300,6 +300,7 @@ impl Store {
                 WholeExtra {
                     invalidate: req.invalidate,
                     key_binary: req.key_binary,
+                    hashed: None,
                 },
                 now,
             ),

@@ -23,7 +23,7 @@ use crate::item::{
 use crate::pin::Origin;
 use crate::pool::{GroupSlot, PoolState, Reservation, SegmentMeta};
 use crate::segment::SegmentMem;
-use crate::table::{Entry, Pos};
+use crate::table::{Entry, Peek, Pos};
 use crate::{
     ArithOutcome, BuildError, ItemRef, Lookup, RelTime, StoreMode, StoreOutcome, StoreStats,
 };
@@ -55,7 +55,8 @@ pub const PREFETCH_DISTANCE: usize = 8;
 /// the lookup checks under the lock (one load) before searching the bucket itself.
 #[derive(Clone, Copy, Debug)]
 pub struct Peeked {
-    /// `Pos::MAX` when nothing was seen.
+    /// Where the entry was seen; `Pos::MAX` when the probe path ended without it, and
+    /// [`Peeked::MAYBE`]'s position when the peek gave up before the path ended.
     pos: Pos,
     e: u64,
 }
@@ -86,19 +87,33 @@ impl<R, F: FnOnce(ItemRef<'_>) -> R> Visit for Call<F> {
 }
 
 impl Peeked {
-    /// Whether the lock-free look saw an entry for the key (a hint only).
+    /// Nothing seen: [`Peeked::default`], usable in constants.
+    pub const NONE: Peeked = Peeked {
+        pos: Pos::MAX,
+        e: 0,
+    };
+
+    /// The peek followed the key's probe path as far as it looks without reaching its
+    /// end: the key may be further on. No table position is `Pos::MAX - 1`, so the check
+    /// under the lock finds no entry there and searches the bucket.
+    const MAYBE: Peeked = Peeked {
+        pos: Pos::MAX - 1,
+        e: 0,
+    };
+
+    /// Whether the key may be in the table, as far as the lock-free look saw: an
+    /// entry of its tag on its probe path, or a path longer than the look follows.
+    /// (A hint only; `false` is trusted only to skip looking for an old version to
+    /// overwrite in place, see [`Store::store_whole`].)
     #[inline]
-    pub(crate) fn seen(&self) -> bool {
+    pub(crate) fn may_exist(&self) -> bool {
         self.pos != Pos::MAX
     }
 }
 
 impl Default for Peeked {
     fn default() -> Peeked {
-        Peeked {
-            pos: Pos::MAX,
-            e: 0,
-        }
+        Peeked::NONE
     }
 }
 
@@ -108,6 +123,11 @@ impl Default for Peeked {
 /// too long to look up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeyHash(u64);
+
+impl KeyHash {
+    /// The hash of no key ([`KeyHash::default`]), usable in constants.
+    pub const NONE: KeyHash = KeyHash(0);
+}
 
 /// The cache engine, shared by all worker threads through `Arc<Store>`.
 ///
@@ -297,7 +317,7 @@ impl Store {
     /// from starting early. Prefetches are not held back by a lock, so a multi-get that
     /// runs this stage and [`Store::prefetch_record`] ahead of its lookups overlaps the
     /// misses of many keys.
-    #[inline]
+    #[inline(always)]
     pub fn prefetch_index(&self, h: KeyHash) {
         self.shard_for(h.0).prefetch(h.0);
     }
@@ -307,15 +327,19 @@ impl Store {
     /// tag, without reading the key) and prefetch its record's header, key and the
     /// start of its value. Changes nothing; returns what it found, for the lookup to
     /// check under the lock before it searches the bucket itself.
-    #[inline]
+    #[inline(always)]
     pub fn prefetch_record(&self, h: KeyHash, key_len: usize) -> Peeked {
         let found = self.hints[((h.0 >> 40) as usize & self.shard_mask) % MAX_SHARDS].peek(h.0);
-        if let Some((_, e)) = found {
-            let (seg, off) = unpack(e);
-            let len = item::HEADER_BYTES + item::FLAGS_BYTES + key_len + 64;
-            self.mem(seg).prefetch(off as usize, len);
+        match found {
+            Peek::Found(pos, e) => {
+                let (seg, off) = unpack(e);
+                let len = item::HEADER_BYTES + item::FLAGS_BYTES + key_len + 64;
+                self.mem(seg).prefetch(off as usize, len);
+                Peeked { pos, e }
+            }
+            Peek::Absent => Peeked::NONE,
+            Peek::Unknown => Peeked::MAYBE,
         }
-        found.map_or_else(Peeked::default, |(pos, e)| Peeked { pos, e })
     }
 
     /// [`Store::get`] with the key's hash already computed by [`Store::hash`], and
@@ -448,6 +472,38 @@ impl Store {
         }
     }
 
+    /// [`Store::store_cas`] with the key's hash already computed by [`Store::hash`], and
+    /// where [`Store::prefetch_record`] saw the key: a pipelined batch hashes its keys and
+    /// prefetches their buckets and records before it runs the first of its requests.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn store_cas_hashed(
+        &self,
+        mode: StoreMode,
+        key: &[u8],
+        h: KeyHash,
+        peeked: Peeked,
+        flags: u32,
+        exptime: RelTime,
+        value: &[u8],
+        now: RelTime,
+    ) -> (StoreOutcome, u64) {
+        if !self.item_fits(key.len(), value.len(), flags) {
+            return (StoreOutcome::TooLarge, 0);
+        }
+        match mode {
+            StoreMode::Append => self.concat(key, value, true, 0, now),
+            StoreMode::Prepend => self.concat(key, value, false, 0, now),
+            _ => {
+                let extra = WholeExtra {
+                    hashed: Some((h, peeked)),
+                    ..WholeExtra::default()
+                };
+                self.store_whole(mode, key, flags, exptime, value, extra, now)
+            }
+        }
+    }
+
     /// set/add/replace/cas: the new item does not depend on the old one.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn store_whole(
@@ -460,11 +516,20 @@ impl Store {
         extra: WholeExtra,
         now: RelTime,
     ) -> (StoreOutcome, u64) {
-        let h = hash_key(self.seed, key);
         // The version this store replaces is read under the lock (key compare, header).
         // Under overwrites it is usually out of cache: asking for it now overlaps that
-        // miss with the hashing and locking (or with the copy of a new item).
-        let peeked = self.prefetch_record(KeyHash(h), key.len());
+        // miss with the locking (or with the copy of a new item), unless the caller
+        // asked for it earlier still.
+        let (h, peeked) = match extra.hashed {
+            Some((h, peeked)) => {
+                debug_assert_eq!(h.0, hash_key(self.seed, key), "a KeyHash of another key");
+                (h.0, peeked)
+            }
+            None => {
+                let h = hash_key(self.seed, key);
+                (h, self.prefetch_record(KeyHash(h), key.len()))
+            }
+        };
         let slot = self.shard_for(h);
         let new = NewItem {
             klen: key.len(),
@@ -474,10 +539,12 @@ impl Store {
             time: now,
             cas: 0,
         };
-        // A set seen (without the lock) to replace an item may overwrite it in place;
-        // add/replace/cas check their condition first, so a refused one burns no
-        // segment space.
-        if mode != StoreMode::Set || peeked.seen() {
+        // A set that may replace an item (as seen without the lock) may overwrite it in
+        // place; add/replace/cas check their condition first, so a refused one burns no
+        // segment space. A set the peek saw no entry for writes a new item: the locked
+        // search that would confirm it costs more than it saves, and if the key did
+        // arrive meanwhile, the new item replaces it below.
+        if mode != StoreMode::Set || peeked.may_exist() {
             let mut shard = slot.lock();
             // The record borrow ends here: an overwrite writes the item's bytes.
             let live = self
@@ -1252,6 +1319,9 @@ pub(crate) struct WholeExtra {
     pub invalidate: bool,
     /// `ms b`: remember that the key was sent base64-encoded.
     pub key_binary: bool,
+    /// The key's hash and where [`Store::prefetch_record`] saw it, when the caller has
+    /// them already ([`Store::store_cas_hashed`]).
+    pub hashed: Option<(KeyHash, Peeked)>,
 }
 
 /// [`condition`], with memcached's `CAS_STALE` rule when `invalidate` is set: a non-zero
@@ -1412,6 +1482,36 @@ mod tests {
             .table
             .find_map(h, |e| s.key_eq(e, key).then_some(e))
             .map(|(_, e)| e)
+    }
+
+    #[test]
+    fn every_stored_key_may_exist_to_a_peek_and_is_overwritten_in_place() {
+        // Enough keys that some sit further along their probe path than a peek looks
+        // (one in a few thousand): those must read as "maybe", never as absent, or a
+        // set of them would write a new item instead of overwriting.
+        let n = if cfg!(miri) { 300 } else { 60_000u32 };
+        let s = Store::builder().memory_limit(8 << 20).build().unwrap();
+        let keys: Vec<Vec<u8>> = (0..n).map(|k| format!("k{k}").into_bytes()).collect();
+        for k in &keys {
+            s.store(StoreMode::Set, k, 0, 0, b"v1", 1);
+        }
+        let mut maybe = 0;
+        for k in &keys {
+            let p = s.prefetch_record(s.hash(k), k.len());
+            assert!(p.may_exist(), "{:?}", String::from_utf8_lossy(k));
+            maybe += usize::from(p.pos == Peeked::MAYBE.pos);
+        }
+        let before = s.stats();
+        for k in &keys {
+            s.store(StoreMode::Set, k, 0, 0, b"v2", 2);
+        }
+        let after = s.stats();
+        assert_eq!(after.segments_used, before.segments_used, "{maybe} maybe");
+        assert_eq!(
+            (after.bytes, after.curr_items),
+            (before.bytes, before.curr_items)
+        );
+        assert_eq!(get(&s, &keys[0], 3).map(|g| g.0), Some(b"v2".to_vec()));
     }
 
     #[test]

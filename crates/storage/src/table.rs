@@ -460,9 +460,22 @@ pub(crate) fn prefetch_address(published: Published, h: u64) -> usize {
     (word & !63).wrapping_add((h as usize & mask) * 64)
 }
 
+/// What a [`peek`] saw on a hash's probe path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Peek {
+    /// The first entry whose tag matches, and its position.
+    Found(Pos, u64),
+    /// The probe path ended with no entry of the tag: the key was not in the table as
+    /// read (the arrays a table outgrew read as empty, so this too is only a guess).
+    Absent,
+    /// The probe path went on past the buckets a peek follows: the key may be further.
+    Unknown,
+}
+
 /// Without the lock: the first entry whose tag matches `h` on its probe path, and its
-/// position, or `None`. A guess for prefetching: the owner may be changing the bucket
-/// meanwhile, so the caller checks the entry again under the lock before trusting it.
+/// position; or whether the path ended without one. A guess for prefetching: the owner
+/// may be changing the bucket meanwhile, so the caller checks the entry again under the
+/// lock before trusting it.
 ///
 /// # Safety
 ///
@@ -470,9 +483,9 @@ pub(crate) fn prefetch_address(published: Published, h: u64) -> usize {
 /// has not been dropped. (A table keeps every bucket array it ever published until it
 /// drops; the arrays it outgrew read as empty.)
 #[inline(always)]
-pub(crate) unsafe fn peek(published: Published, h: u64) -> Option<(Pos, u64)> {
+pub(crate) unsafe fn peek(published: Published, h: u64) -> Peek {
     if published.is_null() {
-        return None;
+        return Peek::Absent;
     }
     let log2 = published as usize & 63;
     let len = 1usize << log2;
@@ -489,14 +502,14 @@ pub(crate) unsafe fn peek(published: Published, h: u64) -> Option<(Pos, u64)> {
         let m = matching(word, tag);
         if m != 0 {
             let s = first_slot(m);
-            return Some((b * 8 + s, bucket.slot(s)));
+            return Peek::Found(b * 8 + s, bucket.slot(s));
         }
         if (word >> OVERFLOW_SHIFT) as u8 == 0 {
-            return None;
+            return Peek::Absent;
         }
         b = (b + 1) & (len - 1);
     }
-    None
+    Peek::Unknown
 }
 
 /// Iterator of [`IndexTable::candidates`].
@@ -738,7 +751,14 @@ mod tests {
         assert_eq!(prefetch_address(word, hash(5)), t.buckets.as_ptr() as usize);
         assert!(IndexTable::new().published().is_null());
         // SAFETY: null is always allowed.
-        assert_eq!(unsafe { peek(ptr::null_mut(), hash(5)) }, None);
+        assert_eq!(unsafe { peek(ptr::null_mut(), hash(5)) }, Peek::Absent);
+    }
+
+    fn found(p: Peek) -> Option<(Pos, u64)> {
+        match p {
+            Peek::Found(pos, e) => Some((pos, e)),
+            _ => None,
+        }
     }
 
     /// Small under Miri, which runs these too.
@@ -757,14 +777,19 @@ mod tests {
             let seen = unsafe { peek(word, hash(e)) };
             let first = t.candidates(hash(e)).next();
             let (pos, x) = first.expect("every entry has a candidate");
-            if seen.is_none() {
-                // Only past the buckets a peek looks at.
-                let home = hash(e) as usize & t.mask();
-                let distance = (pos / 8).wrapping_sub(home) & t.mask();
-                assert!(distance >= PEEK_BUCKETS, "entry {e}: {distance}");
-                continue;
+            match seen {
+                // Never for a key in the table: a set trusts it to write a new item.
+                Peek::Absent => panic!("entry {e} reads as absent"),
+                Peek::Unknown => {
+                    // Only past the buckets a peek looks at.
+                    let home = hash(e) as usize & t.mask();
+                    let distance = (pos / 8).wrapping_sub(home) & t.mask();
+                    assert!(distance >= PEEK_BUCKETS, "entry {e}: {distance}");
+                    continue;
+                }
+                Peek::Found(..) => {}
             }
-            assert_eq!(seen, first, "entry {e}");
+            assert_eq!(found(seen), first, "entry {e}");
             assert_eq!(t.get(pos), Some(x));
             exact += usize::from(x == e);
         }
@@ -774,7 +799,7 @@ mod tests {
         // A key not in the table: nothing, or another entry that shares the tag.
         for e in PEEK_ENTRIES + 1..=PEEK_ENTRIES * 2 {
             // SAFETY: as above.
-            if let Some((_, x)) = unsafe { peek(word, hash(e)) } {
+            if let Peek::Found(_, x) = unsafe { peek(word, hash(e)) } {
                 assert!((1..=PEEK_ENTRIES).contains(&x), "{x}");
             }
         }
@@ -797,7 +822,7 @@ mod tests {
             // SAFETY: `old` was published by `t`, which is alive and keeps its arrays.
             // The array it names was outgrown: it reads as it was when it was outgrown,
             // or as empty once its pages went back to the kernel.
-            if let Some((_, x)) = unsafe { peek(old, hash(e)) } {
+            if let Peek::Found(_, x) = unsafe { peek(old, hash(e)) } {
                 assert!((1..=PEEK_ENTRIES).contains(&x), "{x}");
                 seen += 1;
             }
@@ -841,7 +866,7 @@ mod tests {
                     let e = 1 + xorshift(&mut s) % 5_000;
                     let w = word.load(Ordering::Acquire);
                     // SAFETY: `w` was published by `table`'s table, alive for the scope.
-                    if let Some((_, x)) = unsafe { peek(w, hash(e)) } {
+                    if let Peek::Found(_, x) = unsafe { peek(w, hash(e)) } {
                         // A slot emptied between reading its tag and its entry reads 0.
                         assert!(x <= 5_000, "{x}");
                     }

@@ -615,3 +615,68 @@ fn part_len(part: &Part) -> usize {
         Part::LastCas(_) => 21,
     }
 }
+
+/// A stream of pipelined batches made for the server's parse-ahead path (`ahead.rs`):
+/// 2 to 24 commands per step, mostly one-key `get`/`gets` and plain `set`s on four keys,
+/// with a value length that mostly repeats (so a set overwrites the item in place) and
+/// sometimes changes (so it writes a new one), and now and then a command that ends a
+/// batch or takes the general path: a multi-get, `delete`, a `noreply` set, `append`,
+/// `touch`, `cas` with the last CAS seen, `add`, `replace`.
+pub fn pipelined_stream(seed: u64, len: usize) -> Vec<Step> {
+    let mut rng = Rng::new(seed);
+    let mut steps = vec![Step::from_bytes(b"flush_all\r\n")];
+    let value = |rng: &mut Rng, len: usize| -> Vec<u8> {
+        (0..len).map(|_| *rng.pick(VALUE_ALPHABET)).collect()
+    };
+    while steps.len() < len {
+        let mut step = Step::default();
+        for _ in 0..rng.range_usize(2, 24) {
+            let key = format!("p{}", rng.below(4));
+            let len = if rng.chance(0.8) {
+                8
+            } else {
+                rng.range_usize(0, 40)
+            };
+            let flags = if rng.chance(0.7) { 0 } else { rng.below(3) };
+            match rng.weighted(&[40, 10, 40, 10]) {
+                0 => step.push(format!("get {key}\r\n").as_bytes()),
+                1 => step.push(format!("gets {key}\r\n").as_bytes()),
+                2 => {
+                    step.push(format!("set {key} {flags} 0 {len}\r\n").as_bytes());
+                    step.push(&value(&mut rng, len));
+                    step.push(b"\r\n");
+                }
+                _ => match rng.below(8) {
+                    0 => step.push(format!("get {key} p{}\r\n", rng.below(4)).as_bytes()),
+                    1 => step.push(format!("delete {key}\r\n").as_bytes()),
+                    2 => {
+                        step.push(format!("set {key} {flags} 0 {len} noreply\r\n").as_bytes());
+                        step.push(&value(&mut rng, len));
+                        step.push(b"\r\n");
+                    }
+                    3 => step.push(format!("append {key} 0 0 2\r\nzz\r\n").as_bytes()),
+                    4 => step.push(format!("touch {key} 1000\r\n").as_bytes()),
+                    5 => {
+                        step.push(format!("cas {key} {flags} 0 {len} ").as_bytes());
+                        step.parts.push(Part::LastCas(key.clone().into_bytes()));
+                        step.push(b"\r\n");
+                        step.push(&value(&mut rng, len));
+                        step.push(b"\r\n");
+                    }
+                    6 => {
+                        step.push(format!("add {key} {flags} 0 {len}\r\n").as_bytes());
+                        step.push(&value(&mut rng, len));
+                        step.push(b"\r\n");
+                    }
+                    _ => {
+                        step.push(format!("replace {key} {flags} 0 {len}\r\n").as_bytes());
+                        step.push(&value(&mut rng, len));
+                        step.push(b"\r\n");
+                    }
+                },
+            }
+        }
+        steps.push(step);
+    }
+    steps
+}
