@@ -22,11 +22,11 @@
 //! Statistics that change with items (`curr_items`, `bytes`, `evictions`, ...) are kept
 //! per shard, under the same lock, so no global counter is touched per request.
 
-use parking_lot::{Mutex, MutexGuard};
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::segment::prefetch_line;
+use crate::spin::{SpinGuard, SpinMutex};
 use crate::table::{self, Bucket, IndexTable, Peek};
 
 /// Pack a location into an index entry.
@@ -105,11 +105,11 @@ pub(crate) struct Shard {
 
 /// A shard on its own cache lines, so neighbouring locks do not false-share.
 #[repr(align(128))]
-pub(crate) struct ShardSlot(Mutex<Shard>);
+pub(crate) struct ShardSlot(SpinMutex<Shard>);
 
 impl ShardSlot {
     pub fn new() -> ShardSlot {
-        ShardSlot(Mutex::new(Shard {
+        ShardSlot(SpinMutex::new(Shard {
             table: IndexTable::new(),
             stats: ShardStats::default(),
             sweep_bucket: 0,
@@ -174,7 +174,7 @@ impl<'a> ShardRef<'a> {
 
 /// A locked shard. Dropping it publishes the table's new place if the table moved.
 pub(crate) struct ShardGuard<'a> {
-    guard: MutexGuard<'a, Shard>,
+    guard: SpinGuard<'a, Shard>,
     hint: &'a Hint,
 }
 

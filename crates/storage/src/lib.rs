@@ -41,6 +41,7 @@ pub mod meta;
 mod pin;
 mod pool;
 mod segment;
+mod spin;
 pub mod store;
 mod table;
 
