@@ -303,7 +303,7 @@ impl Worker {
     fn run(&mut self) {
         let mut events = Events::with_capacity(1024);
         let idle_timeout = self.shared.settings.idle_timeout_secs;
-        let mut last_idle_scan = self.shared.clock.now();
+        let mut idle = IdleScan::new(&self.shared);
         loop {
             let timeout = if !self.again.is_empty() {
                 Some(Duration::ZERO)
@@ -334,12 +334,8 @@ impl Worker {
             for idx in std::mem::take(&mut self.again) {
                 self.drive(idx);
             }
-            if idle_timeout > 0 {
-                let now = self.shared.clock.now();
-                if now != last_idle_scan {
-                    last_idle_scan = now;
-                    self.close_idle(now, idle_timeout);
-                }
+            for idx in idle.due(&self.shared, &self.clients, |c| c.last_active) {
+                self.close(idx);
             }
         }
     }
@@ -550,18 +546,6 @@ impl Worker {
         }
     }
 
-    fn close_idle(&mut self, now: u32, idle_timeout: u32) {
-        for idx in 0..self.clients.len() {
-            let idle = match &self.clients[idx] {
-                Some(c) => now.saturating_sub(c.last_active) > idle_timeout,
-                None => false,
-            };
-            if idle {
-                self.close(idx);
-            }
-        }
-    }
-
     /// Stop accepting, give every client its pending replies, close all.
     fn shutdown(&mut self) {
         for l in &mut self.listeners {
@@ -579,5 +563,43 @@ impl Worker {
             }
             self.close(idx);
         }
+    }
+}
+
+/// `-o idle_timeout`: each worker looks for idle clients once per second of server time
+/// (its wait for events is capped at a second while the timeout is on).
+pub(crate) struct IdleScan {
+    last: u32,
+}
+
+impl IdleScan {
+    pub fn new(shared: &Shared) -> IdleScan {
+        IdleScan {
+            last: shared.clock.now(),
+        }
+    }
+
+    /// The slots of `clients` to close now: those idle for longer than the timeout
+    /// (by `last_active`, the server time of their last byte received), when the
+    /// timeout is on and the clock has ticked since the last scan; else none.
+    pub fn due<T>(
+        &mut self,
+        shared: &Shared,
+        clients: &[Option<T>],
+        last_active: impl Fn(&T) -> u32,
+    ) -> Vec<usize> {
+        let timeout = shared.settings.idle_timeout_secs;
+        if timeout == 0 {
+            return Vec::new();
+        }
+        let now = shared.clock.now();
+        if now == self.last {
+            return Vec::new();
+        }
+        self.last = now;
+        let idle = |c: &T| now.saturating_sub(last_active(c)) > timeout;
+        (0..clients.len())
+            .filter(|&i| clients[i].as_ref().is_some_and(idle))
+            .collect()
     }
 }

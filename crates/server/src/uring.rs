@@ -41,7 +41,7 @@ use crate::config::IoBackend;
 use crate::conn::{Conn, Status};
 use crate::exec::{Exec, Shared};
 use crate::net::Listener;
-use crate::runtime::{admit, clear_wake, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS};
+use crate::runtime::{admit, clear_wake, IdleScan, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS};
 use crate::splice::Splices;
 use crate::stats::{bump, WorkerStats};
 use crate::udp::UdpEndpoint;
@@ -209,7 +209,7 @@ impl UringWorker {
         }
         self.ring.poll_multi(self.wake.as_raw_fd(), WAKE_TOKEN);
         let idle_timeout = self.shared.settings.idle_timeout_secs;
-        let mut last_idle_scan = self.shared.clock.now();
+        let mut idle = IdleScan::new(&self.shared);
         loop {
             let timeout = if !self.accept_retry.is_empty() {
                 Some(ACCEPT_RETRY)
@@ -231,12 +231,8 @@ impl UringWorker {
             self.repoll();
             self.setup_accepted();
             self.drive_dirty();
-            if idle_timeout > 0 {
-                let now = self.shared.clock.now();
-                if now != last_idle_scan {
-                    last_idle_scan = now;
-                    self.close_idle(now, idle_timeout);
-                }
+            for idx in idle.due(&self.shared, &self.clients, |c| c.last_active) {
+                self.close(idx);
             }
         }
     }
@@ -475,18 +471,6 @@ impl UringWorker {
         self.generations[idx] = (self.generations[idx] + 1) & GENERATION_MASK;
         self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
         self.free.push(idx);
-    }
-
-    fn close_idle(&mut self, now: u32, idle_timeout: u32) {
-        for idx in 0..self.clients.len() {
-            let idle = match &self.clients[idx] {
-                Some(c) => now.saturating_sub(c.last_active) > idle_timeout,
-                None => false,
-            };
-            if idle {
-                self.close(idx);
-            }
-        }
     }
 
     /// Stop accepting, send every client its pending replies (waiting at
