@@ -227,7 +227,7 @@ fn small_number(input: &[u8], at: usize) -> Option<(u32, usize)> {
 /// The request at the start of `input` and its `(end, next)` offsets, as
 /// [`crate::text::frame_line`] and [`crate::text::parse_request`] would give
 /// them, for the commonest shapes only; `None` means "use the general path".
-#[inline]
+#[inline(always)]
 #[must_use]
 pub fn parse_fast(input: &[u8]) -> Option<(Request<'_>, usize, usize)> {
     let head = input.get(..4)?;
