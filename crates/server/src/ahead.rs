@@ -108,9 +108,7 @@ impl Item {
             peeked: Peeked::NONE,
         })
     }
-}
 
-impl Item {
     const EMPTY: Item = Item {
         start: usize::MAX,
         key_at: 0,

@@ -432,15 +432,9 @@ impl Exec<'_> {
         let outcome = if self.shared.settings.null_store.is_some() {
             StoreOutcome::Stored
         } else {
-            let store = self.store();
-            match hashed {
-                Some((h, peeked)) => {
-                    store
-                        .store_cas_hashed(mode, key, h, peeked, flags, exptime, &data[..len], now)
-                        .0
-                }
-                None => store.store(mode, key, flags, exptime, &data[..len], now),
-            }
+            self.store()
+                .store_cas_hashed(mode, key, hashed, flags, exptime, &data[..len], now)
+                .0
         };
         let line: &[u8] = match outcome {
             StoreOutcome::Stored => {

@@ -462,27 +462,20 @@ impl Store {
         value: &[u8],
         now: RelTime,
     ) -> (StoreOutcome, u64) {
-        if !self.item_fits(key.len(), value.len(), flags) {
-            return (StoreOutcome::TooLarge, 0);
-        }
-        match mode {
-            StoreMode::Append => self.concat(key, value, true, 0, now),
-            StoreMode::Prepend => self.concat(key, value, false, 0, now),
-            _ => self.store_whole(mode, key, flags, exptime, value, WholeExtra::default(), now),
-        }
+        self.store_cas_hashed(mode, key, None, flags, exptime, value, now)
     }
 
-    /// [`Store::store_cas`] with the key's hash already computed by [`Store::hash`], and
-    /// where [`Store::prefetch_record`] saw the key: a pipelined batch hashes its keys and
-    /// prefetches their buckets and records before it runs the first of its requests.
+    /// [`Store::store_cas`], given the key's hash from [`Store::hash`] and where
+    /// [`Store::prefetch_record`] saw the key when the caller has them (`hashed`): a
+    /// pipelined batch hashes its keys and prefetches their buckets and records before
+    /// it runs the first of its requests. With `None` the store hashes and peeks itself.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub fn store_cas_hashed(
         &self,
         mode: StoreMode,
         key: &[u8],
-        h: KeyHash,
-        peeked: Peeked,
+        hashed: Option<(KeyHash, Peeked)>,
         flags: u32,
         exptime: RelTime,
         value: &[u8],
@@ -496,7 +489,7 @@ impl Store {
             StoreMode::Prepend => self.concat(key, value, false, 0, now),
             _ => {
                 let extra = WholeExtra {
-                    hashed: Some((h, peeked)),
+                    hashed,
                     ..WholeExtra::default()
                 };
                 self.store_whole(mode, key, flags, exptime, value, extra, now)
