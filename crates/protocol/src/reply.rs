@@ -56,6 +56,33 @@ unsafe fn write_decimal(dst: *mut u8, len: usize, mut v: u64) {
     unsafe { *dst = b'0' + v as u8 };
 }
 
+/// Bytes reserved past a reply's end, so that [`short_middle`]'s word may be stored
+/// whole.
+const SLACK: usize = 8;
+
+/// `"00"` to `"99"`, first digit in the low byte.
+static PAIRS: [u16; 100] = {
+    let mut t = [0u16; 100];
+    let mut i = 0;
+    while i < 100 {
+        t[i] = (b'0' + (i / 10) as u8) as u16 | ((b'0' + (i % 10) as u8) as u16) << 8;
+        i += 1;
+    }
+    t
+};
+
+/// ` <flags> <bytes>` as little-endian bytes of one word, for `flags < 10` and
+/// `bytes < 10_000` with `bytes_len` = [`decimal_len`]`(bytes)`: `3 + bytes_len` bytes,
+/// the rest zero. The usual shape of a `VALUE` line, where writing the two numbers
+/// digit by digit was a third of the reply's instructions.
+#[inline(always)]
+fn short_middle(flags: u32, bytes: usize, bytes_len: usize) -> u64 {
+    debug_assert!(flags < 10 && bytes < 10_000 && bytes_len == decimal_len(bytes as u64));
+    let four = u64::from(PAIRS[bytes / 100 % 100]) | u64::from(PAIRS[bytes % 100]) << 16;
+    let digits = four >> (8 * (4 - bytes_len));
+    0x20 | (0x30 + u64::from(flags)) << 8 | 0x20 << 16 | digits << 24
+}
+
 /// Copy `src` to `dst` without a call to `memcpy` up to 32 bytes (keys,
 /// short values): two overlapping fixed-size copies cover any length in a
 /// size class, and never touch a byte outside `src` or `dst[..src.len()]`.
@@ -138,11 +165,13 @@ fn compose(
         + 2
         + data.map_or(0, |d| d.len() + 2)
         + if cas.is_some() { 1 + cas_len } else { 0 };
-    out.reserve(total);
+    // `SLACK` more: the short form below stores a whole word where fewer bytes belong.
+    out.reserve(total + SLACK);
     let start = out.len();
-    // SAFETY: `reserve` made room for `total` more bytes after `start`, and the writes
-    // below cover exactly `total` bytes from there (checked by the debug assertion), each
-    // inside that room; `src` slices are borrowed from elsewhere, so nothing overlaps.
+    // SAFETY: `reserve` made room for `total + SLACK` more bytes after `start`, and the
+    // writes below cover exactly `total` bytes from there (checked by the debug
+    // assertion), each inside that room, plus at most 5 bytes past the middle's word,
+    // written over later or left unpublished past `total`; `src` slices are borrowed from elsewhere, so nothing overlaps.
     // `Vec::as_mut_ptr` does not create a reference to the elements, so the pointer stays
     // valid until `set_len`, which only publishes bytes that were all written.
     unsafe {
@@ -152,12 +181,20 @@ fn compose(
         p = p.add(6);
         copy_short(p, key);
         p = p.add(key.len());
-        *p = b' ';
-        write_decimal(p.add(1), flags_len, u64::from(flags));
-        p = p.add(1 + flags_len);
-        *p = b' ';
-        write_decimal(p.add(1), bytes_len, bytes as u64);
-        p = p.add(1 + bytes_len);
+        if flags < 10 && bytes < 10_000 {
+            // ` <flag> <bytes>` (4 to 7 bytes) built in a register and stored as one word;
+            // its last byte or more land where the next field is written next, inside the
+            // room reserved (`SLACK` covers a head-only reply).
+            ptr::write_unaligned(p.cast::<u64>(), short_middle(flags, bytes, bytes_len));
+            p = p.add(3 + bytes_len);
+        } else {
+            *p = b' ';
+            write_decimal(p.add(1), flags_len, u64::from(flags));
+            p = p.add(1 + flags_len);
+            *p = b' ';
+            write_decimal(p.add(1), bytes_len, bytes as u64);
+            p = p.add(1 + bytes_len);
+        }
         if let Some(c) = cas {
             *p = b' ';
             write_decimal(p.add(1), cas_len, c);
@@ -211,6 +248,36 @@ mod tests {
             unsafe { copy_short(dst.as_mut_ptr().add(1), &src[..n]) };
             assert_eq!(&dst[1..=n], &src[..n], "n={n}");
             assert_eq!((dst[0], dst[n + 1]), (0xee, 0xee), "n={n}");
+        }
+    }
+
+    #[test]
+    fn every_short_middle_matches_the_digit_by_digit_form() {
+        // The word form covers flags 0..=9 and 0..=9_999 bytes; 10 and 10_000 take the
+        // general path, so the borders are compared too.
+        #[cfg(miri)]
+        let sizes: Vec<usize> = vec![0, 7, 9, 10, 99, 100, 999, 1000, 9999, 10_000];
+        #[cfg(not(miri))]
+        let sizes: Vec<usize> = (0..=10_001).collect();
+        for flags in [0u32, 1, 9, 10] {
+            for &n in &sizes {
+                for cas in [None, Some(42u64)] {
+                    let data = vec![b'd'; n];
+                    let mut out = b"x".to_vec();
+                    compose_value(&mut out, b"key", flags, &data, cas);
+                    let mut want = format!("xVALUE key {flags} {n}").into_bytes();
+                    if let Some(c) = cas {
+                        want.extend_from_slice(format!(" {c}").as_bytes());
+                    }
+                    want.extend_from_slice(b"\r\n");
+                    want.extend_from_slice(&data);
+                    want.extend_from_slice(b"\r\n");
+                    assert_eq!(out, want, "flags {flags}, {n} bytes, cas {cas:?}");
+                    let mut head = Vec::new();
+                    compose_value_head(&mut head, b"key", flags, n, cas);
+                    assert_eq!(head, want[1..want.len() - n - 2], "head, {n} bytes");
+                }
+            }
         }
     }
 
