@@ -126,6 +126,9 @@ pub fn step_with(
     if header.magic != REQUEST_MAGIC {
         // memcached closes at once; what it had not flushed is lost.
         out.truncate((*flush_mark).min(out.len()));
+        if let Some(splices) = exec.splices {
+            splices.borrow_mut().truncate(out.len(), exec.store());
+        }
         return BinaryStep::CloseAfterWrite(0);
     }
     let head_len = HEADER_LEN + header.extras_and_key_len();
@@ -364,7 +367,8 @@ impl Request<'_, '_, '_, '_> {
         let key = &input[key_start..self.head_len];
         let opcode = self.header.opcode;
         let opaque = self.header.opaque;
-        let store = &self.exec.shared.store;
+        let exec = self.exec;
+        let store = &exec.shared.store;
         let out = &mut *self.out;
         let compose = |item: storage::ItemRef<'_>| {
             let key_len = if return_key { item.key.len() } else { 0 };
@@ -384,7 +388,9 @@ impl Request<'_, '_, '_, '_> {
                 out.extend_from_slice(item.key);
             }
             if return_value {
-                out.extend_from_slice(item.value);
+                // Large values go in place, as for `get` (see `splice.rs`).
+                let pin = exec.value_pin(item.value, item.origin);
+                exec.put_value(out, item.value, pin);
             }
         };
         let lookup = if touch {

@@ -678,20 +678,56 @@ fn splice_value(
     origin: storage::Origin,
     cas: Option<u64>,
 ) -> bool {
-    let Some(cell) = exec.splices else {
-        return false;
-    };
-    let mut splices = cell.borrow_mut();
-    if splices.bytes() + value.len() > SPLICE_BUDGET_BYTES {
-        return false;
-    }
-    let Some(pin) = exec.store().pin(origin, value) else {
+    let Some(pin) = exec.value_pin(value, origin) else {
         return false;
     };
     protocol::reply::compose_value_head(out, key, flags, value.len(), cas);
-    splices.push(out.len(), pin);
+    exec.put_value(out, value, Some(pin));
     out.extend_from_slice(CRLF);
     true
+}
+
+impl Exec<'_> {
+    /// A pin of a hit's `value` for sending it from where it is stored (see
+    /// `splice.rs`), for the meta and binary replies, which compose around it
+    /// themselves: `None` when the value is to be copied (zero-copy off on this
+    /// worker or over UDP, shorter than `--zero-copy-min`, the budget spent, or the
+    /// store refused). Call under the item's shard lock, as [`storage::Store::pin`]
+    /// requires, and hand the pin to [`Exec::put_value`] before anything else is
+    /// written after the value's place.
+    pub(crate) fn value_pin(
+        &self,
+        value: &[u8],
+        origin: storage::Origin,
+    ) -> Option<storage::ValuePin> {
+        if value.len() < self.splice_min {
+            return None;
+        }
+        let cell = self.splices?;
+        if cell.borrow().bytes() + value.len() > SPLICE_BUDGET_BYTES {
+            return None;
+        }
+        self.store().pin(origin, value)
+    }
+
+    /// Append `value` to `out`: in place when [`Exec::value_pin`] gave a pin, else
+    /// copied.
+    pub(crate) fn put_value(
+        &self,
+        out: &mut Vec<u8>,
+        value: &[u8],
+        pin: Option<storage::ValuePin>,
+    ) {
+        match (pin, self.splices) {
+            (Some(pin), Some(cell)) => cell.borrow_mut().push(out.len(), pin),
+            (Some(pin), None) => {
+                // Not reached: `value_pin` pins only where there are splices.
+                self.store().unpin(pin);
+                out.extend_from_slice(value);
+            }
+            (None, _) => out.extend_from_slice(value),
+        }
+    }
 }
 
 #[cfg(test)]

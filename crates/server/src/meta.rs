@@ -235,7 +235,9 @@ fn meta_get(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
             }
             out.extend_from_slice(CRLF);
             if o.value {
-                out.extend_from_slice(it.value());
+                // Large values go in place, as for `get` (see `splice.rs`).
+                let pin = exec.value_pin(it.value(), it.origin());
+                exec.put_value(out, it.value(), pin);
                 out.extend_from_slice(CRLF);
             }
             if o.locked && !o.no_update {

@@ -14,9 +14,11 @@
 //! the output buffer and every pin is given back. So a slow reader never holds a
 //! segment, and eviction only ever meets a pin for the microseconds of one send.
 //!
-//! Only the text protocol's `get`/`gets`/`gat`/`gats` replies over TCP (or a UNIX
-//! socket) are spliced; values shorter than `--zero-copy-min` (by default 16 KiB on
-//! epoll, 64 KiB on io_uring) are copied, which `docs/benchmarks.md` shows is cheaper.
+//! The values of get replies over TCP (or a UNIX socket) are spliced, whichever the
+//! protocol: text `get`/`gets`/`gat`/`gats`, meta `mg` with `v`, binary `GET`/`GETK`/
+//! `GAT`/`GATK` and their quiet forms (`Exec::value_pin`, `Exec::put_value`). Values
+//! shorter than `--zero-copy-min` (by default 16 KiB on epoll, 64 KiB on io_uring) are
+//! copied, which `docs/benchmarks.md` shows is cheaper. Over UDP every value is copied.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;

@@ -413,10 +413,13 @@ struct Side {
 }
 
 impl Side {
-    fn start(kind: ServerKind) -> Side {
+    /// `extra` goes to ferrocache only.
+    fn start(kind: ServerKind, extra: &[&str]) -> Side {
         let mut args = SERVER_ARGS.to_vec();
         if kind == ServerKind::Memcached {
             args.extend_from_slice(MEMCACHED_DETERMINISM_ARGS);
+        } else {
+            args.extend_from_slice(extra);
         }
         let server = ServerProcess::start(kind, &args);
         let conn = server.connect();
@@ -545,9 +548,14 @@ struct Pair {
 
 impl Pair {
     fn start() -> Pair {
+        Pair::start_with(&[])
+    }
+
+    /// With `extra` arguments for ferrocache.
+    fn start_with(extra: &[&str]) -> Pair {
         Pair {
-            reference: Side::start(ServerKind::Memcached),
-            candidate: Side::start(ServerKind::under_test()),
+            reference: Side::start(ServerKind::Memcached, &[]),
+            candidate: Side::start(ServerKind::under_test(), extra),
         }
     }
 }
@@ -610,17 +618,34 @@ fn base_seed() -> u64 {
 
 #[test]
 fn random_meta_streams() {
-    let base = base_seed();
     let count = common::env_u64("FERRO_META_STREAMS", 400);
+    random_meta_streams_with(base_seed(), count, &[], "random_meta_streams");
+}
+
+/// The random streams with every `mg ... v` value of at least one byte sent in place
+/// from the store (pinned, with a vectored send; see `src/splice.rs`), so that pins meet
+/// `ma` (rewritten in place), `ms` overwrites, `md` and invalidation in the same stream.
+#[test]
+fn random_meta_streams_every_value_in_place() {
+    let count = common::env_u64("FERRO_META_STREAMS", 150);
+    random_meta_streams_with(
+        base_seed(),
+        count,
+        &["--zero-copy-min", "1"],
+        "random_meta_streams_every_value_in_place",
+    );
+}
+
+fn random_meta_streams_with(base: u64, count: u64, extra: &[&str], test: &str) {
     let steps_per_stream = common::env_u64("FERRO_META_STEPS", 30) as usize;
     eprintln!(
         "meta differential: {count} streams x {steps_per_stream} steps, FERRO_META_SEED={base}"
     );
-    let mut pair = Pair::start();
+    let mut pair = Pair::start_with(extra);
     let mut failures = Vec::new();
     for i in 0..count {
         if i > 0 && i % STREAMS_PER_SERVER == 0 {
-            pair = Pair::start();
+            pair = Pair::start_with(extra);
         }
         let seed = base.wrapping_add(i);
         let mut gen = Gen::new(seed);
@@ -629,12 +654,12 @@ fn random_meta_streams() {
             eprintln!("MISMATCH {text}");
             failures.push(format!(
                 "{text}  replay: FERRO_META_SEED={seed} FERRO_META_STREAMS=1 cargo test \
-                 --release -p ferrocache-server --test meta random_meta_streams\n"
+                 --release -p ferrocache-server --test meta {test}\n"
             ));
             if failures.len() >= 3 {
                 break;
             }
-            pair = Pair::start();
+            pair = Pair::start_with(extra);
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -7,7 +7,7 @@
 //! [`ItemMut`] that reads every field and sets the exptime, the meta bits, the CAS id,
 //! the fetched mark, or unlinks the item. Vivify (`mg N`) creates an empty item first.
 
-use crate::index::{hash_key, pack, Shard};
+use crate::index::{hash_key, pack, unpack, Shard};
 use crate::item::{
     self, Header, NewItem, MARK_ACCESSED, MARK_FETCHED, MARK_KEY_BINARY, MARK_STALE,
     MARK_TOKEN_SENT,
@@ -15,7 +15,7 @@ use crate::item::{
 #[cfg(test)]
 use crate::store::Liveness;
 use crate::store::{DeltaResult, WholeExtra};
-use crate::{Lookup, RelTime, Store, StoreMode, StoreOutcome};
+use crate::{Lookup, Origin, RelTime, Store, StoreMode, StoreOutcome};
 
 /// memcached's `ITEM_UPDATE_INTERVAL`: a fetch refreshes the last access time only when
 /// it is older than this many seconds.
@@ -53,6 +53,11 @@ impl ItemMut<'_> {
     pub fn value(&self) -> &[u8] {
         let b = self.bytes();
         &b[b.len() - self.hdr.prefix.vlen..]
+    }
+
+    /// Where the item is stored, for [`Store::pin`] of its value.
+    pub fn origin(&self) -> Origin {
+        Origin::segment_id(unpack(self.e).0)
     }
 
     /// The client flags.
