@@ -27,13 +27,15 @@ pub enum Transport {
     Udp,
 }
 
-/// Which wire protocol is spoken. Only text exists; meta and binary will
-/// be added as variants, each with its own compose/parse pair in the
-/// protocol crate, dispatched in `engine::wire`.
+/// Which wire protocol is spoken; each has its compose/parse pair in the
+/// protocol crate, dispatched in `engine::wire`. (Binary is not spoken.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
+    /// `get` and `set`.
     Text,
+    /// `mg ... q` closed by `mn`, and `ms` (see `engine::wire`).
+    Meta,
 }
 
 /// Closed loop (fixed concurrency) or open loop (fixed arrival rate).

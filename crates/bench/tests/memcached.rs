@@ -182,6 +182,92 @@ fn udp_gets_hit_after_preload() {
 }
 
 #[test]
+fn meta_protocol_gets_sets_and_verifies_over_tcp_and_udp() {
+    for udp in [false, true] {
+        let mc = Memcached::start(udp);
+        let addr = mc.addr();
+        let mut args = vec![
+            "--server",
+            &addr,
+            "--protocol",
+            "meta",
+            "--verify",
+            "--preload",
+            "--keyspace",
+            "300",
+            "--batch",
+            "4",
+            "--ratio",
+            "3:1",
+            "--duration",
+            "0.4",
+            "-c",
+            "4",
+        ];
+        if udp {
+            args.push("--udp");
+        }
+        let report = ferrobench_json(&args);
+        let what = if udp { "meta over udp" } else { "meta" };
+        assert_clean(&report, what);
+        assert_eq!(report["config"]["protocol"], "meta", "{what}");
+        assert_eq!(report["verify_failures"], 0, "{what}");
+        // Misses are quiet (`mg ... q`): keys never stored count as misses, not errors.
+        let report = ferrobench_json(&[
+            "--server",
+            &addr,
+            "--protocol",
+            "meta",
+            "--preload",
+            "false",
+            "--keyspace",
+            "100000",
+            "--ratio",
+            "1:0",
+            "--batch",
+            "4",
+            "--duration",
+            "0.3",
+            "-c",
+            "2",
+        ]);
+        assert_eq!(report["errors"], 0, "{what}, misses\n{report:#}");
+        assert!(
+            report["hit_ratio"].as_f64().unwrap() < 0.1,
+            "{what}: {report:#}"
+        );
+    }
+    // A value without its checksum, read with mg, is reported as corrupt.
+    let mc = Memcached::start(false);
+    let addr = mc.addr();
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(b"ms k0000000000000000000 20\r\nAAAAAAAAAAAAAAAAAAAA\r\n")
+        .unwrap();
+    let mut buf = [0; 4];
+    s.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"HD\r\n");
+    let out = ferrobench(&[
+        "--server",
+        &addr,
+        "--protocol",
+        "meta",
+        "--verify",
+        "--keyspace",
+        "1",
+        "--ratio",
+        "1:0",
+        "--duration",
+        "0.2",
+        "-c",
+        "1",
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("corrupt value for key \"k0000000000000000000\""));
+}
+
+#[test]
 fn two_servers_share_keys_by_ketama() {
     let (a, b) = (Memcached::start(false), Memcached::start(false));
     let report = ferrobench_json(&[

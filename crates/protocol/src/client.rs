@@ -16,8 +16,9 @@
 //! ```
 //!
 //! Replies split at any byte are handled: the parser never consumes a partial
-//! reply. Only the text protocol exists today; meta and binary replies will get
-//! their own parsers beside this one, and [`UdpHeader`] frames any of them.
+//! reply. The meta protocol's parser is [`crate::meta_client`];
+//! [`ReplyBuffer::next_parsed`] runs it (or any other) over the same buffer, and
+//! [`UdpHeader`] frames any of them.
 
 use std::fmt;
 use std::ops::Range;
@@ -432,7 +433,17 @@ impl ReplyBuffer {
     /// The next complete reply, or `Ok(None)` until more bytes arrive.
     #[must_use = "a parsed reply is consumed from the buffer"]
     pub fn next_reply(&mut self) -> Result<Option<Reply>, ReplyError> {
-        match parse_reply(&self.buf[..self.end], self.start)? {
+        self.next_parsed(parse_reply)
+    }
+
+    /// The next complete reply as `parse` reads it (another protocol's parser, such
+    /// as [`crate::meta_client::parse_reply`]), or `Ok(None)` until more bytes arrive.
+    #[must_use = "a parsed reply is consumed from the buffer"]
+    pub fn next_parsed<R>(
+        &mut self,
+        parse: impl FnOnce(&[u8], usize) -> Result<Option<(R, usize)>, ReplyError>,
+    ) -> Result<Option<R>, ReplyError> {
+        match parse(&self.buf[..self.end], self.start)? {
             Some((reply, next)) => {
                 self.start = next;
                 Ok(Some(reply))

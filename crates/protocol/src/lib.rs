@@ -12,6 +12,8 @@
 //! - [`binary`]: the binary protocol's header and opcodes.
 //! - [`client`]: client side. Composes requests and parses replies; used by
 //!   ferrobench and by tests.
+//! - [`meta_client`]: client side of the meta protocol as ferrobench speaks it
+//!   (`mg` in quiet mode closed by `mn`, `ms`).
 //!
 //! Nothing here owns a socket or reads a clock: callers feed bytes in and
 //! take parsed values out, so every behaviour is a plain unit test.
@@ -20,5 +22,6 @@ pub mod binary;
 pub mod client;
 pub mod fast;
 pub mod meta;
+pub mod meta_client;
 pub mod reply;
 pub mod text;

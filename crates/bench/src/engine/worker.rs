@@ -87,6 +87,8 @@ struct Part {
     /// UDP: values received so far (TCP keeps these on the connection).
     hits: u32,
     corrupt: u32,
+    /// UDP: a reply before the last said the request failed.
+    failed: bool,
 }
 
 /// One request in flight in a session.
@@ -134,6 +136,8 @@ struct Conn {
     /// Values seen so far for the get at the head of `inflight`.
     hits: u32,
     corrupt: u32,
+    /// A reply before the last said the request at the head of `inflight` failed.
+    failed: bool,
     /// Queued in `dirty` for a write.
     dirty: bool,
     /// Sent ns per in-flight UDP part, parallel to `inflight`.
@@ -233,6 +237,7 @@ impl<'a> Worker<'a> {
                     inflight: VecDeque::new(),
                     hits: 0,
                     corrupt: 0,
+                    failed: false,
                     dirty: false,
                     sent_ns: VecDeque::new(),
                 });
@@ -483,6 +488,7 @@ impl<'a> Worker<'a> {
                 request_id,
                 hits: 0,
                 corrupt: 0,
+                failed: false,
             });
             self.mark_dirty(ci);
         }
@@ -675,13 +681,15 @@ impl<'a> Worker<'a> {
                         }
                     }
                 }
+                Some(Outcome::Failed) => conn.failed = true,
                 Some(Outcome::Done { ok }) => {
                     conn.inflight.pop_front();
-                    let (hits, corrupt) = (
+                    let (hits, corrupt, failed) = (
                         std::mem::take(&mut conn.hits),
                         std::mem::take(&mut conn.corrupt),
+                        std::mem::take(&mut conn.failed),
                     );
-                    let end = if ok { End::Ok } else { End::Failed };
+                    let end = if ok && !failed { End::Ok } else { End::Failed };
                     let session = &mut self.sessions[conn.session];
                     if self
                         .rec
@@ -794,8 +802,13 @@ impl<'a> Worker<'a> {
                         report_corruption(&self.rec.stats, &message[key]);
                     }
                 }
+                Outcome::Failed => part.failed = true,
                 Outcome::Done { ok } => {
-                    end = Some(if ok { End::Ok } else { End::Failed });
+                    end = Some(if ok && !part.failed {
+                        End::Ok
+                    } else {
+                        End::Failed
+                    });
                     break;
                 }
             }
