@@ -54,6 +54,35 @@ pub fn bind_reuseport(
     Ok(socket)
 }
 
+/// Fail as memcached does ("failed to listen on TCP port N: Address already in use")
+/// when another process already has `addr`, before the workers bind it.
+///
+/// The workers' sockets share their port through `SO_REUSEPORT`, and so could a second
+/// server started on the same port by the same user: it would join the first one's
+/// group, the kernel would split new clients between two caches, and neither would
+/// notice. memcached, with one socket, refuses to start instead, and restart scripts
+/// rely on that. This probe binds without `SO_REUSEPORT` (TCP keeps `SO_REUSEADDR`, as
+/// memcached's socket has, so connections in TIME_WAIT do not count), which no socket
+/// already on the port can share, then closes at once. Two servers started at the same
+/// instant can both pass it; one started later cannot.
+pub fn refuse_taken_port(addr: SocketAddr, ty: Type, protocol: Protocol, name: &str) -> Result<()> {
+    let socket = Socket::new(Domain::for_address(addr), ty, Some(protocol))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    if ty == Type::STREAM {
+        socket.set_reuse_address(true)?;
+    }
+    socket.bind(&addr.into()).with_context(|| {
+        format!(
+            "failed to listen on {name} port {} of {}",
+            addr.port(),
+            addr.ip()
+        )
+    })?;
+    Ok(())
+}
+
 /// Bind a TCP listener with `SO_REUSEPORT` (one per worker and address).
 pub fn bind_tcp(addr: SocketAddr, backlog: i32) -> Result<TcpListener> {
     let socket = bind_reuseport(addr, Type::STREAM, Protocol::TCP, "TCP")?;

@@ -23,6 +23,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
+use socket2::{Protocol, Type};
 
 use crate::config::IoBackend;
 use crate::conn::{Conn, Status};
@@ -83,6 +84,9 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
     for base in listen_addrs(shared)? {
         if settings.port != 0 {
             let mut addr = base;
+            if addr.port() != 0 {
+                crate::net::refuse_taken_port(addr, Type::STREAM, Protocol::TCP, "TCP")?;
+            }
             for (listeners, _) in per_worker.iter_mut() {
                 let l = bind_tcp(addr, settings.backlog)?;
                 if addr.port() == 0 {
@@ -107,6 +111,7 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
         if settings.udp_port != 0 {
             let mut addr = base;
             addr.set_port(settings.udp_port);
+            crate::net::refuse_taken_port(addr, Type::DGRAM, Protocol::UDP, "UDP")?;
             for (_, udp) in per_worker.iter_mut() {
                 udp.push(UdpEndpoint::new(bind_udp(addr)?));
             }
