@@ -70,6 +70,10 @@ const SEND_FLUSH_BYTES: usize = 256 * 1024;
 /// is done, with GSO: up to 64 go in one message, so one call still carries
 /// a few hundred (a batch of multi-gets makes many equal small ones).
 const GSO_FLUSH_DATAGRAMS: usize = 8 * MAX_BATCH;
+/// With `--busy-poll-us`, the times one wake-up may wait awake for another request
+/// before it goes back to the event loop anyway, so that a steady trickle of datagrams
+/// cannot keep the worker from its TCP connections (memcached's `-R` default).
+const SPINS_PER_WAKEUP: u32 = 20;
 /// How long a full socket send buffer may hold up the worker, per wait.
 const SEND_STALL: Duration = Duration::from_millis(5);
 
@@ -127,6 +131,7 @@ impl UdpEndpoint {
                 .set_gso(self.gso_offered && exec.shared.settings.udp_gso);
         }
         let fd = self.socket.as_raw_fd();
+        let mut spins_left = SPINS_PER_WAKEUP;
         // Until WouldBlock: drained. Any other error (a pending ICMP error,
         // say) is no reason to stop serving; the next event retries.
         while let Ok(n) = self.inbox.recv(fd) {
@@ -160,8 +165,18 @@ impl UdpEndpoint {
             }
             flush(&mut self.outbox, fd, exec);
             if n < self.inbox.capacity() {
-                // The queue was empty when the kernel returned: with
-                // edge-triggered polling a later datagram wakes us again.
+                // The queue was empty when the kernel returned. With
+                // `--busy-poll-us`, wait for the next request awake, for up to that
+                // long; otherwise (and if none comes) edge-triggered polling wakes
+                // us for a later datagram.
+                let spin = exec.shared.settings.busy_poll_us;
+                if spin > 0
+                    && spins_left > 0
+                    && mmsg::spin_until_readable(fd, Duration::from_micros(u64::from(spin)))
+                {
+                    spins_left -= 1;
+                    continue;
+                }
                 break;
             }
         }

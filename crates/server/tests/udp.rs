@@ -225,12 +225,77 @@ fn a_large_reply_reassembles_from_its_datagrams() {
 /// its own reply. Against ferrocache this drives the batched receive and send.
 #[test]
 fn many_requests_in_flight_from_many_ports_each_get_their_reply() {
+    many_requests_in_flight(&[]);
+}
+
+/// The same with the worker waiting awake for the next datagram after each batch.
+#[test]
+fn many_requests_in_flight_each_get_their_reply_with_busy_polling() {
+    many_requests_in_flight(&["--busy-poll-us", "200"]);
+}
+
+/// With `--busy-poll-us`, UDP traffic that never pauses does not keep the worker from
+/// its TCP connections: it goes back to its event loop after a bounded number of waits.
+#[test]
+fn tcp_is_served_while_busy_polled_udp_traffic_never_stops() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let (server, udp_port) = start(ServerKind::under_test(), &["--busy-poll-us", "1000"]);
+    let mut tcp = server.connect();
+    assert_eq!(tcp.request(b"set k 0 0 1\r\nv\r\n"), b"STORED\r\n");
+    let stop = Arc::new(AtomicBool::new(false));
+    let udp_replies = Arc::new(AtomicUsize::new(0));
+    let load: Vec<_> = (0..4u16)
+        .map(|s| {
+            let (stop, replies) = (Arc::clone(&stop), Arc::clone(&udp_replies));
+            std::thread::spawn(move || {
+                // A closed loop: the next request goes as soon as the reply is in, so
+                // the server always finds one within its wait.
+                let socket = client(udp_port);
+                socket
+                    .set_read_timeout(Some(Duration::from_secs(2)))
+                    .unwrap();
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let mut buf = [0u8; 256];
+                let mut id = s * 10_000;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    id = id.wrapping_add(1);
+                    socket.send(&frame(id, 0, 1, b"get k\r\n")).unwrap();
+                    if socket.recv(&mut buf).is_ok() {
+                        replies.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    while udp_replies.load(Ordering::Relaxed) < 100 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for i in 0..200 {
+        let value = format!("{i}");
+        let set = format!("set t{i} 0 0 {}\r\n{value}\r\n", value.len());
+        assert_eq!(tcp.request(set.as_bytes()), b"STORED\r\n", "set {i}");
+        let want = format!("VALUE t{i} 0 {}\r\n{value}\r\nEND\r\n", value.len());
+        assert_eq!(tcp.request_str(&format!("get t{i}\r\n")), want, "get {i}");
+    }
+    let during = udp_replies.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        t.join().unwrap();
+    }
+    assert!(
+        during > 100,
+        "UDP traffic flowed meanwhile ({during} replies)"
+    );
+}
+
+fn many_requests_in_flight(extra: &[&str]) {
     // 128 requests in flight at a time: well within the server socket's default
     // receive buffer, so that none is dropped before the server reads it.
     const SOCKETS: usize = 8;
     const IN_FLIGHT: usize = 16;
     const ROUNDS: usize = 8;
-    let (server, udp_port) = start(ServerKind::under_test(), &[]);
+    let (server, udp_port) = start(ServerKind::under_test(), extra);
     let mut tcp = server.connect();
     for k in 0..IN_FLIGHT {
         let value = format!("value-of-{k}");
