@@ -305,6 +305,27 @@ impl Worker {
         })
     }
 
+    /// `epoll_wait` for `timeout`; with `--busy-poll-us N`, a wait that would sleep
+    /// first polls without sleeping for up to N µs (see `udp.rs` for why a sleep and
+    /// the wake-up after it can cost more than the spin).
+    fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> io::Result<()> {
+        let spin = self.shared.settings.busy_poll_us;
+        if spin > 0 && timeout != Some(Duration::ZERO) {
+            let deadline = std::time::Instant::now() + Duration::from_micros(u64::from(spin));
+            loop {
+                self.poll.poll(events, Some(Duration::ZERO))?;
+                if !events.is_empty() {
+                    return Ok(());
+                }
+                if std::time::Instant::now() >= deadline {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        self.poll.poll(events, timeout)
+    }
+
     fn run(&mut self) {
         let mut events = Events::with_capacity(1024);
         let idle_timeout = self.shared.settings.idle_timeout_secs;
@@ -317,7 +338,7 @@ impl Worker {
             } else {
                 None
             };
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
+            if let Err(e) = self.wait(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }

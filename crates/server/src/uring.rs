@@ -218,9 +218,19 @@ impl UringWorker {
             } else {
                 None
             };
-            if let Err(e) = self.ring.submit_and_wait(timeout) {
-                eprintln!("ferrocache: io_uring_enter failed: {e}");
-                return;
+            // With `--busy-poll-us N`, up to N µs awake before sleeping (see
+            // `Ring::spin_for_completion`).
+            let spin = self.shared.settings.busy_poll_us;
+            let ready = spin > 0
+                && self
+                    .ring
+                    .spin_for_completion(Duration::from_micros(u64::from(spin)))
+                    .unwrap_or(false);
+            if !ready {
+                if let Err(e) = self.ring.submit_and_wait(timeout) {
+                    eprintln!("ferrocache: io_uring_enter failed: {e}");
+                    return;
+                }
             }
             self.reap();
             if self.shared.shutting_down.load(Ordering::Relaxed) {
