@@ -17,7 +17,7 @@
 //! The values of get replies over TCP (or a UNIX socket) are spliced, whichever the
 //! protocol: text `get`/`gets`/`gat`/`gats`, meta `mg` with `v`, binary `GET`/`GETK`/
 //! `GAT`/`GATK` and their quiet forms (`Exec::value_pin`, `Exec::put_value`). Values
-//! shorter than `--zero-copy-min` (by default 16 KiB on epoll, 64 KiB on io_uring) are
+//! shorter than `--zero-copy-min` (by default 16 KiB on epoll, 32 KiB on io_uring) are
 //! copied, which `docs/benchmarks.md` shows is cheaper. Over UDP every value is copied.
 
 use std::cell::RefCell;

@@ -151,7 +151,7 @@ fn the_default_threshold_follows_the_backend() {
     let server = ServerProcess::start(ServerKind::Ferrocache, &["-t", "1", "-U", "0"]);
     let settings = server.connect().stats("settings");
     let want = match settings["io_backend"].as_str() {
-        "uring" => "65536",
+        "uring" => "32768",
         "epoll" => "16384",
         other => panic!("io_backend {other}"),
     };
