@@ -2,7 +2,9 @@
 //! second chance for accessed items, and the background expiry sweep.
 //!
 //! Before evicting, a sealed segment at least half dead (overwritten or deleted items)
-//! is compacted keeping every live item (`compact_mostly_dead`).
+//! is compacted keeping every live item (`compact_mostly_dead`); before a never-used
+//! segment is taken, one at least three quarters dead is, so that overwrites do not
+//! spread a small data set over all of `-m`.
 //!
 //! Eviction walks the oldest sealed segment item by item. For each item it locks the
 //! item's shard (one shard lock at a time, never two) and:
@@ -35,6 +37,9 @@ use crate::RelTime;
 /// Sealed segments, oldest first, that [`Store::take_dead_segment`] looks at: a bound on
 /// the scan made once per segment filled, whatever the memory size.
 const DEAD_SCAN_SEGMENTS: usize = 256;
+/// Before a never-used segment is taken, a sealed one with at most 1/this of its bytes
+/// live is compacted and reused instead (see `acquire_segment`).
+const EARLY_COMPACT_LIVE_DIVISOR: usize = 4;
 /// Buckets the sweep examines per shard lock hold, to keep lock hold times short.
 const SWEEP_CHUNK_BUCKETS: usize = 512;
 /// Least number of index buckets one sweep call examines.
@@ -95,6 +100,9 @@ impl Store {
         if let Some(seg) = self.take_dead_segment() {
             return Some((seg, 0));
         }
+        if let Some(found) = self.compact_mostly_dead(len, EARLY_COMPACT_LIVE_DIVISOR, now) {
+            return Some(found);
+        }
         let fresh = self.pool_lock().free.pop();
         if let Some(seg) = fresh {
             self.segments[seg as usize].mem.ensure_allocated();
@@ -102,7 +110,7 @@ impl Store {
         }
         let size = self.segment_size;
         if self.evictions {
-            if let Some(found) = self.compact_mostly_dead(len, now) {
+            if let Some(found) = self.compact_mostly_dead(len, 2, now) {
                 return Some(found);
             }
             // Retained items never take more than half a segment, nor the room `len` needs,
@@ -187,9 +195,10 @@ impl Store {
     }
 
     /// Compact, keeping every live item, the sealed segment with the fewest live bytes
-    /// among the oldest [`DEAD_SCAN_SEGMENTS`], when at least half of it is dead (items
-    /// overwritten or deleted since). `None` when no segment is that empty: then the
-    /// oldest one is evicted.
+    /// among the oldest [`DEAD_SCAN_SEGMENTS`], when at most `1/live_divisor` of it is
+    /// live (the rest overwritten or deleted since). `None` when no segment is that
+    /// empty: then a never-used segment is taken (divisor 4, before one is), or the
+    /// oldest one is evicted (divisor 2, when memory is full).
     ///
     /// Without this, overwrites fill the log with dead versions that are only reclaimed
     /// when their segment reaches the head of the FIFO, and that eviction also drops the
@@ -197,7 +206,12 @@ impl Store {
     /// store held about a quarter of the items it had room for. Moving at most half a
     /// segment's bytes to free at least the other half keeps the cold live items until
     /// memory is really full of live data.
-    fn compact_mostly_dead(&self, len: usize, now: RelTime) -> Option<(u32, u32)> {
+    fn compact_mostly_dead(
+        &self,
+        len: usize,
+        live_divisor: usize,
+        now: RelTime,
+    ) -> Option<(u32, u32)> {
         let size = self.segment_size;
         let (seg, top) = {
             let mut pool = self.pool_lock();
@@ -213,7 +227,10 @@ impl Store {
                     (i, live as usize)
                 })
                 .min_by_key(|&(_, live)| live)?;
-            if live > size / 2 || live + len > size || !self.close_to_pins(pool.sealed[at].0) {
+            if live > size / live_divisor
+                || live + len > size
+                || !self.close_to_pins(pool.sealed[at].0)
+            {
                 return None;
             }
             pool.sealed.remove(at)?
