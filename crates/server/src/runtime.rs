@@ -306,8 +306,9 @@ impl Worker {
     }
 
     /// `epoll_wait` for `timeout`; with `--busy-poll-us N`, a wait that would sleep
-    /// first polls without sleeping for up to N µs (see `udp.rs` for why a sleep and
-    /// the wake-up after it can cost more than the spin).
+    /// first polls without sleeping for up to N µs: with few clients, each waiting for
+    /// its reply, the sleep and the wake-up after it cost more than the request
+    /// (docs/benchmarks.md, "Busy polling").
     fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> io::Result<()> {
         let spin = self.shared.settings.busy_poll_us;
         if spin > 0 && timeout != Some(Duration::ZERO) {
