@@ -125,7 +125,9 @@ struct Args {
     /// CPU that receives its packets (reuseport CBPF)
     #[arg(long = "pin")]
     pin: bool,
-    /// Busy-poll sockets for this many microseconds (SO_BUSY_POLL); 0 = off
+    /// Before a worker sleeps for events, poll for up to this many microseconds
+    /// (also SO_BUSY_POLL on client sockets); pays with few clients that each
+    /// wait for their reply; 0 = off
     #[arg(long = "busy-poll-us", default_value_t = 0)]
     busy_poll_us: u32,
     /// Socket I/O: epoll, io_uring (multishot accept and receive, batched
