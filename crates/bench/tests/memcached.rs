@@ -127,16 +127,27 @@ fn verify_passes_on_honest_values_and_fails_on_corrupt_ones() {
     assert_clean(&report, "verify");
     assert_eq!(report["verify_failures"], 0);
 
-    // Overwrite key 0 with a value that carries no valid checksum.
-    let mut s = TcpStream::connect(&addr).unwrap();
-    s.write_all(b"set k0000000000000000000 0 0 20\r\nAAAAAAAAAAAAAAAAAAAA\r\n")
-        .unwrap();
-    let mut buf = [0; 8];
+    corrupt_value_is_reported(
+        &addr,
+        "text",
+        b"set k0000000000000000000 0 0 20\r\nAAAAAAAAAAAAAAAAAAAA\r\n",
+        b"STORED\r\n",
+    );
+}
+
+/// Overwrites key 0 with a value that carries no valid checksum (`store`, answered
+/// with `stored`), then a `--verify` run speaking `protocol` must fail naming the key.
+fn corrupt_value_is_reported(addr: &str, protocol: &str, store: &[u8], stored: &[u8]) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(store).unwrap();
+    let mut buf = vec![0; stored.len()];
     s.read_exact(&mut buf).unwrap();
-    assert_eq!(&buf, b"STORED\r\n");
+    assert_eq!(buf, stored, "{protocol}");
     let out = ferrobench(&[
         "--server",
-        &addr,
+        addr,
+        "--protocol",
+        protocol,
         "--verify",
         "--keyspace",
         "1",
@@ -151,7 +162,7 @@ fn verify_passes_on_honest_values_and_fails_on_corrupt_ones() {
     assert_eq!(
         out.status.code(),
         Some(2),
-        "{}",
+        "{protocol}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stderr)
@@ -239,32 +250,12 @@ fn meta_protocol_gets_sets_and_verifies_over_tcp_and_udp() {
     }
     // A value without its checksum, read with mg, is reported as corrupt.
     let mc = Memcached::start(false);
-    let addr = mc.addr();
-    let mut s = TcpStream::connect(&addr).unwrap();
-    s.write_all(b"ms k0000000000000000000 20\r\nAAAAAAAAAAAAAAAAAAAA\r\n")
-        .unwrap();
-    let mut buf = [0; 4];
-    s.read_exact(&mut buf).unwrap();
-    assert_eq!(&buf, b"HD\r\n");
-    let out = ferrobench(&[
-        "--server",
-        &addr,
-        "--protocol",
+    corrupt_value_is_reported(
+        &mc.addr(),
         "meta",
-        "--verify",
-        "--keyspace",
-        "1",
-        "--ratio",
-        "1:0",
-        "--duration",
-        "0.2",
-        "-c",
-        "1",
-        "--quiet",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr)
-        .contains("corrupt value for key \"k0000000000000000000\""));
+        b"ms k0000000000000000000 20\r\nAAAAAAAAAAAAAAAAAAAA\r\n",
+        b"HD\r\n",
+    );
 }
 
 #[test]

@@ -245,21 +245,9 @@ impl std::error::Error for ReplyError {}
 /// `Ok(None)` when the reply is not complete yet; call again from the same
 /// `pos` once more bytes have arrived.
 pub fn parse_reply(buf: &[u8], pos: usize) -> Result<Option<(Reply, usize)>, ReplyError> {
-    let rest = &buf[pos..];
-    let Some(nl) = memchr::memchr(b'\n', &rest[..rest.len().min(MAX_REPLY_LINE_BYTES)]) else {
-        return if rest.len() >= MAX_REPLY_LINE_BYTES {
-            Err(ReplyError::LineTooLong)
-        } else {
-            Ok(None)
-        };
+    let Some((line, next)) = reply_line(buf, pos)? else {
+        return Ok(None);
     };
-    let line_end = if nl > 0 && rest[nl - 1] == b'\r' {
-        nl - 1
-    } else {
-        nl
-    };
-    let line = &rest[..line_end];
-    let next = pos + nl + 1;
     let reply = match line {
         b"END" => Reply::End,
         b"STORED" => Reply::Stored,
@@ -292,8 +280,45 @@ pub fn parse_reply(buf: &[u8], pos: usize) -> Result<Option<(Reply, usize)>, Rep
     Ok(Some((reply, next)))
 }
 
+/// The reply line at `buf[pos..]` without its `\r\n` (a bare `\n` is accepted), and
+/// the position after it; `Ok(None)` while it is incomplete. Shared with
+/// [`crate::meta_client`].
+pub(crate) fn reply_line(buf: &[u8], pos: usize) -> Result<Option<(&[u8], usize)>, ReplyError> {
+    let rest = &buf[pos..];
+    let Some(nl) = memchr::memchr(b'\n', &rest[..rest.len().min(MAX_REPLY_LINE_BYTES)]) else {
+        return if rest.len() >= MAX_REPLY_LINE_BYTES {
+            Err(ReplyError::LineTooLong)
+        } else {
+            Ok(None)
+        };
+    };
+    let line_end = if nl > 0 && rest[nl - 1] == b'\r' {
+        nl - 1
+    } else {
+        nl
+    };
+    Ok(Some((&rest[..line_end], pos + nl + 1)))
+}
+
+/// The data block of `len` bytes at `buf[start..]` and its `\r\n`: the block's range,
+/// `Ok(None)` while it is incomplete. Shared with [`crate::meta_client`].
+pub(crate) fn data_block(
+    buf: &[u8],
+    start: usize,
+    len: usize,
+) -> Result<Option<Range<usize>>, ReplyError> {
+    let end = start + len;
+    if buf.len() < end + 2 {
+        return Ok(None);
+    }
+    if &buf[end..end + 2] != b"\r\n" {
+        return Err(ReplyError::BadDataTerminator);
+    }
+    Ok(Some(start..end))
+}
+
 /// The range of an error message after its `prefix_len`-byte name and a space.
-fn message(pos: usize, line: &[u8], prefix_len: usize) -> Range<usize> {
+pub(crate) fn message(pos: usize, line: &[u8], prefix_len: usize) -> Range<usize> {
     let start = if line.get(prefix_len) == Some(&b' ') {
         prefix_len + 1
     } else {
@@ -334,25 +359,22 @@ fn parse_value(
         return Err(ReplyError::BadValueHeader);
     }
     let cas = if count == 4 { Some(number(3)?) } else { None };
-    let data_end = data_start + len as usize;
-    if buf.len() < data_end + 2 {
+    let Some(data) = data_block(buf, data_start, len as usize)? else {
         return Ok(None);
-    }
-    if &buf[data_end..data_end + 2] != b"\r\n" {
-        return Err(ReplyError::BadDataTerminator);
-    }
+    };
+    let next = data.end + 2;
     let key = pos + fields[0].start..pos + fields[0].end;
     let reply = Reply::Value {
         key,
         flags,
         cas,
-        data: data_start..data_end,
+        data,
     };
-    Ok(Some((reply, data_end + 2)))
+    Ok(Some((reply, next)))
 }
 
 /// Parses a non-empty run of ASCII digits that fits in a `u64`.
-fn parse_u64(digits: &[u8]) -> Option<u64> {
+pub(crate) fn parse_u64(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() {
         return None;
     }

@@ -12,7 +12,7 @@
 
 use std::ops::Range;
 
-use crate::client::{ReplyError, MAX_REPLY_LINE_BYTES, MAX_VALUE_BYTES};
+use crate::client::{self, ReplyError, MAX_VALUE_BYTES};
 
 /// Appends `mg <key> k v q`: the value and the key, nothing on a miss.
 pub fn compose_get(out: &mut Vec<u8>, key: &[u8]) {
@@ -69,58 +69,36 @@ pub enum MetaReply {
 /// Parses one meta reply from `buf[pos..]`: the reply (ranges index `buf`) and the
 /// position just past it, or `Ok(None)` while it is incomplete.
 pub fn parse_reply(buf: &[u8], pos: usize) -> Result<Option<(MetaReply, usize)>, ReplyError> {
-    let rest = &buf[pos..];
-    let Some(nl) = memchr::memchr(b'\n', &rest[..rest.len().min(MAX_REPLY_LINE_BYTES)]) else {
-        return if rest.len() >= MAX_REPLY_LINE_BYTES {
-            Err(ReplyError::LineTooLong)
-        } else {
-            Ok(None)
-        };
+    let Some((line, next)) = client::reply_line(buf, pos)? else {
+        return Ok(None);
     };
-    let line_end = if nl > 0 && rest[nl - 1] == b'\r' {
-        nl - 1
-    } else {
-        nl
-    };
-    let line = &rest[..line_end];
-    let next = pos + nl + 1;
     // A two-letter status, alone or followed by flags.
-    let status = |code: &[u8; 2]| line.starts_with(code) && line.get(2).is_none_or(|&b| b == b' ');
-    let reply = if status(b"VA") {
-        return parse_value(buf, pos, line, next);
-    } else if status(b"HD") {
-        MetaReply::Hd
-    } else if status(b"EN") {
-        MetaReply::En
-    } else if status(b"NS") {
-        MetaReply::Ns
-    } else if status(b"EX") {
-        MetaReply::Ex
-    } else if status(b"NF") {
-        MetaReply::Nf
-    } else if status(b"MN") {
-        MetaReply::Mn
-    } else if line == b"ERROR" {
-        MetaReply::Error
-    } else if line.starts_with(b"CLIENT_ERROR") {
-        MetaReply::ClientError(message(pos, line, 12))
-    } else if line.starts_with(b"SERVER_ERROR") {
-        MetaReply::ServerError(message(pos, line, 12))
-    } else {
-        return Err(ReplyError::UnknownReply(
-            line[..line.len().min(64)].to_vec(),
-        ));
+    let status = match line {
+        [a, b] | [a, b, b' ', ..] => [*a, *b],
+        _ => [0, 0],
+    };
+    let reply = match &status {
+        b"VA" => return parse_value(buf, pos, line, next),
+        b"HD" => MetaReply::Hd,
+        b"EN" => MetaReply::En,
+        b"NS" => MetaReply::Ns,
+        b"EX" => MetaReply::Ex,
+        b"NF" => MetaReply::Nf,
+        b"MN" => MetaReply::Mn,
+        _ if line == b"ERROR" => MetaReply::Error,
+        _ if line.starts_with(b"CLIENT_ERROR") => {
+            MetaReply::ClientError(client::message(pos, line, 12))
+        }
+        _ if line.starts_with(b"SERVER_ERROR") => {
+            MetaReply::ServerError(client::message(pos, line, 12))
+        }
+        _ => {
+            return Err(ReplyError::UnknownReply(
+                line[..line.len().min(64)].to_vec(),
+            ))
+        }
     };
     Ok(Some((reply, next)))
-}
-
-fn message(pos: usize, line: &[u8], prefix_len: usize) -> Range<usize> {
-    let start = if line.get(prefix_len) == Some(&b' ') {
-        prefix_len + 1
-    } else {
-        prefix_len
-    };
-    pos + start..pos + line.len()
 }
 
 /// `VA <bytes> <flags>*` at `pos`, its data block from `data_start`.
@@ -139,28 +117,17 @@ fn parse_value(
         })
         .filter(|(_, t)| !t.is_empty());
     let (_, len) = tokens.next().ok_or(ReplyError::BadValueHeader)?;
-    let len = std::str::from_utf8(len)
-        .ok()
-        .and_then(|s| s.parse::<usize>().ok())
-        .filter(|&n| n <= MAX_VALUE_BYTES)
+    let len = client::parse_u64(len)
+        .filter(|&n| n <= MAX_VALUE_BYTES as u64)
         .ok_or(ReplyError::BadValueHeader)?;
     let key = tokens
         .find(|(_, t)| t[0] == b'k')
         .map_or(pos..pos, |(at, t)| pos + at + 1..pos + at + t.len());
-    let data_end = data_start + len;
-    if buf.len() < data_end + 2 {
+    let Some(data) = client::data_block(buf, data_start, len as usize)? else {
         return Ok(None);
-    }
-    if &buf[data_end..data_end + 2] != b"\r\n" {
-        return Err(ReplyError::BadDataTerminator);
-    }
-    Ok(Some((
-        MetaReply::Value {
-            key,
-            data: data_start..data_end,
-        },
-        data_end + 2,
-    )))
+    };
+    let next = data.end + 2;
+    Ok(Some((MetaReply::Value { key, data }, next)))
 }
 
 #[cfg(test)]

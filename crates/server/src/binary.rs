@@ -389,8 +389,7 @@ impl Request<'_, '_, '_, '_> {
             }
             if return_value {
                 // Large values go in place, as for `get` (see `splice.rs`).
-                let pin = exec.value_pin(item.value, item.origin);
-                exec.put_value(out, item.value, pin);
+                exec.put_value(out, item.value, exec.value_pin(item.value, item.origin));
             }
         };
         let lookup = if touch {

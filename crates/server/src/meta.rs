@@ -236,8 +236,8 @@ fn meta_get(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(CRLF);
             if o.value {
                 // Large values go in place, as for `get` (see `splice.rs`).
-                let pin = exec.value_pin(it.value(), it.origin());
-                exec.put_value(out, it.value(), pin);
+                let value = it.value();
+                exec.put_value(out, value, exec.value_pin(value, it.origin()));
                 out.extend_from_slice(CRLF);
             }
             if o.locked && !o.no_update {

@@ -37,21 +37,11 @@ pub fn bind_reuseport(
     protocol: Protocol,
     name: &str,
 ) -> Result<Socket> {
-    let socket = Socket::new(Domain::for_address(addr), ty, Some(protocol))?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into()).with_context(|| {
-        format!(
-            "failed to listen on {name} port {} of {}",
-            addr.port(),
-            addr.ip()
-        )
-    })?;
-    Ok(socket)
+    bind_with(addr, ty, protocol, name, |socket| {
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.set_nonblocking(true)
+    })
 }
 
 /// Fail as memcached does ("failed to listen on TCP port N: Address already in use")
@@ -66,13 +56,29 @@ pub fn bind_reuseport(
 /// already on the port can share, then closes at once. Two servers started at the same
 /// instant can both pass it; one started later cannot.
 pub fn refuse_taken_port(addr: SocketAddr, ty: Type, protocol: Protocol, name: &str) -> Result<()> {
+    bind_with(addr, ty, protocol, name, |socket| {
+        if ty == Type::STREAM {
+            socket.set_reuse_address(true)?;
+        }
+        Ok(())
+    })
+    .map(drop)
+}
+
+/// A socket for `addr` (IPv6-only for an IPv6 address), set up by `options`, then
+/// bound, failing with memcached's "failed to listen on ..." wording.
+fn bind_with(
+    addr: SocketAddr,
+    ty: Type,
+    protocol: Protocol,
+    name: &str,
+    options: impl FnOnce(&Socket) -> io::Result<()>,
+) -> Result<Socket> {
     let socket = Socket::new(Domain::for_address(addr), ty, Some(protocol))?;
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }
-    if ty == Type::STREAM {
-        socket.set_reuse_address(true)?;
-    }
+    options(&socket)?;
     socket.bind(&addr.into()).with_context(|| {
         format!(
             "failed to listen on {name} port {} of {}",
@@ -80,7 +86,7 @@ pub fn refuse_taken_port(addr: SocketAddr, ty: Type, protocol: Protocol, name: &
             addr.ip()
         )
     })?;
-    Ok(())
+    Ok(socket)
 }
 
 /// Bind a TCP listener with `SO_REUSEPORT` (one per worker and address).
