@@ -82,7 +82,7 @@ struct Args {
     /// Minimum space allocated for key+value+flags (accepted, no effect)
     #[arg(short = 'n', long = "slab-min-size", default_value_t = 48)]
     chunk_size: u32,
-    /// Try to use large memory pages (accepted, no effect)
+    /// Put item memory on transparent huge pages (one 2 MiB-aligned mapping, MADV_HUGEPAGE)
     #[arg(short = 'L', long = "enable-largepages")]
     large_pages: bool,
     /// Stats prefix delimiter (accepted, no effect)
@@ -285,6 +285,8 @@ pub struct Settings {
     pub zero_copy_min: Option<usize>,
     /// `--null-store`: canned replies for get/set, for the benchmark floor.
     pub null_store: Option<Vec<u8>>,
+    /// `-L`: item memory on transparent huge pages.
+    pub large_pages: bool,
     /// Every `-o` option as given, for `stats settings`.
     pub extended: Vec<(String, String)>,
 }
@@ -418,11 +420,12 @@ impl Settings {
             udp_gso: a.udp_gso == "on",
             zero_copy_min: a.zero_copy_min,
             null_store: a.null_store.then(|| vec![b'x'; a.null_value_bytes]),
+            large_pages: a.large_pages,
             extended,
         })
         .inspect(|_| {
             // Accepted for compatibility, no effect; see docs/operations.md.
-            let _ = (a.daemon, a.coredumps, a.lock_memory, a.large_pages);
+            let _ = (a.daemon, a.coredumps, a.lock_memory);
         })
     }
 }

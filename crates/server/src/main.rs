@@ -56,12 +56,21 @@ fn real_main() -> Result<()> {
         eprintln!("{line}");
     }
     settings.io_backend = backend;
-    let store = storage::Store::builder()
+    let builder = storage::Store::builder()
         .memory_limit(settings.memory_limit_bytes)
         .item_size_max(settings.item_size_max_bytes)
-        .evictions(settings.evictions)
-        .build()
-        .context("creating the store")?;
+        .evictions(settings.evictions);
+    let store = match builder.clone().large_pages(settings.large_pages).build() {
+        // memcached exits when it finds no huge page support; a cache on normal pages
+        // serves the same, so ferrocache says why in one line and goes on.
+        Err(e @ storage::BuildError::LargePages(_)) => {
+            eprintln!("ferrocache: {e}; using normal pages");
+            settings.large_pages = false;
+            builder.build()
+        }
+        built => built,
+    }
+    .context("creating the store")?;
     if let Some(path) = &settings.pidfile {
         std::fs::write(path, format!("{}\n", std::process::id()))
             .with_context(|| format!("writing pid file {path}"))?;

@@ -153,6 +153,7 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     o.yes_no("null_store", s.null_store.is_some());
     o.yes_no("pin", s.pin);
     o.num("busy_poll_us", s.busy_poll_us);
+    o.yes_no("large_pages", s.large_pages);
     o.str("udp_gso", if s.udp_gso { "on" } else { "off" });
     o.num(
         "zero_copy_min",

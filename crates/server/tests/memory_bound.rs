@@ -242,3 +242,66 @@ fn phase(w: &mut Writer, name: &str, total: u64, lo: usize, hi: usize) {
         w.max_rss_kib / 1024
     );
 }
+
+/// Sizes of the mappings of process `pid` that were advised `MADV_HUGEPAGE` (`hg` in
+/// their `VmFlags` in /proc/PID/smaps), in KiB.
+fn huge_page_advised_kib(pid: u32) -> Vec<u64> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).expect("read smaps");
+    let mut sizes = Vec::new();
+    let mut size = 0;
+    for line in smaps.lines() {
+        if let Some(rest) = line.strip_prefix("Size:") {
+            size = rest
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .unwrap_or(0);
+        } else if let Some(flags) = line.strip_prefix("VmFlags:") {
+            if flags.split_whitespace().any(|f| f == "hg") {
+                sizes.push(size);
+            }
+        }
+    }
+    sizes
+}
+
+/// `-L`: item memory is one mapping advised for transparent huge pages, and the cache
+/// behaves as without it: evicts rather than refuses, returns the last value written,
+/// and stays inside the same resident bound. On a kernel without transparent huge
+/// pages the server says so and runs on normal pages, which `stats settings` shows.
+#[test]
+fn large_pages_hold_item_memory_within_the_same_bound() {
+    let args: Vec<&str> = SERVER_ARGS.iter().copied().chain(["-L"]).collect();
+    let server = ServerProcess::start(ServerKind::under_test(), &args);
+    let thp = std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists();
+    // memcached (FERRO_TEST_SERVER=memcached) has no such setting; its -L maps too.
+    let ours = matches!(server.kind, ServerKind::Ferrocache);
+    if ours {
+        let expected = if thp { "yes" } else { "no" };
+        assert_eq!(server.stats("settings")["large_pages"], expected);
+    }
+    if thp {
+        let advised = huge_page_advised_kib(server.id());
+        assert!(
+            advised.iter().any(|&kib| kib >= LIMIT_MB * 1024),
+            "no MADV_HUGEPAGE mapping of at least -m: {advised:?}"
+        );
+    }
+    let mut w = Writer::new(&server, 0x6c61_7267);
+    w.write(160 << 20, |rng| match rng.weighted(&[50, 30, 20]) {
+        0 => log_uniform(rng, 20, 200),
+        1 => log_uniform(rng, 200, 10_000),
+        _ => log_uniform(rng, 10_000, 500_000),
+    });
+    assert!(w.stat("evictions") > 0);
+    assert!(w.stat("bytes") <= LIMIT_MB << 20);
+    // And without -L, no such mapping.
+    let plain = ServerProcess::start(ServerKind::under_test(), SERVER_ARGS);
+    if ours {
+        assert_eq!(plain.stats("settings")["large_pages"], "no");
+    }
+    assert!(huge_page_advised_kib(plain.id())
+        .iter()
+        .all(|&kib| kib < LIMIT_MB * 1024));
+}

@@ -187,4 +187,7 @@ pub enum BuildError {
     /// More segments than the index entry can address.
     #[error("memory limit of {0} bytes needs more segments than the index can address")]
     MemoryTooLarge(usize),
+    /// Large pages were asked for (memcached `-L`) and the kernel refused them.
+    #[error("cannot map item memory for large pages: {0}")]
+    LargePages(String),
 }

@@ -38,8 +38,13 @@ pub(crate) struct SegmentMeta {
 
 impl SegmentMeta {
     pub fn new(len: usize) -> SegmentMeta {
+        SegmentMeta::with_mem(SegmentMem::new(len))
+    }
+
+    /// A segment whose bytes are `mem`.
+    pub fn with_mem(mem: SegmentMem) -> SegmentMeta {
         SegmentMeta {
-            mem: SegmentMem::new(len),
+            mem,
             pending: AtomicU32::new(0),
             live_bytes: AtomicU64::new(0),
             pins: AtomicU32::new(0),
