@@ -28,7 +28,10 @@ pub const ZERO_COPY_MIN_URING: usize = 32 * 1024;
     name = "ferrocache",
     version = VERSION,
     about = "A memcached-compatible cache server",
-    disable_version_flag = true
+    disable_version_flag = true,
+    // As memcached's getopt loop: a repeated option's last value wins (`-m 64 -m 1024`
+    // is 1024), where clap would refuse the line; `-l` and `-o` add up instead.
+    args_override_self = true
 )]
 struct Args {
     /// TCP port to listen on (0 to disable TCP)
@@ -43,9 +46,9 @@ struct Args {
     /// Access mask for the UNIX socket, in octal
     #[arg(short = 'a', long = "unix-mask", default_value = "700")]
     unix_mask: String,
-    /// Interfaces to listen on, comma separated (default 127.0.0.1)
-    #[arg(short = 'l', long = "listen", default_value = "127.0.0.1")]
-    listen: String,
+    /// Interfaces to listen on, comma separated or repeated (default 127.0.0.1)
+    #[arg(short = 'l', long = "listen", default_value = "127.0.0.1", action = clap::ArgAction::Append)]
+    listen: Vec<String>,
     /// Run as a daemon (accepted; ferrocache stays in the foreground)
     #[arg(short = 'd', long = "daemon")]
     daemon: bool,
@@ -386,7 +389,8 @@ impl Settings {
             udp_port: a.udp_port,
             listen: a
                 .listen
-                .split(',')
+                .iter()
+                .flat_map(|l| l.split(','))
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
                 .map(String::from)
@@ -497,6 +501,30 @@ mod tests {
         assert!(!s.evictions && s.shutdown_enabled);
         assert_eq!(s.listen.len(), 2);
         assert_eq!(s.extended.len(), 2);
+    }
+
+    #[test]
+    fn repeated_options_as_memcached_takes_them() {
+        // The last value of a repeated option wins; -l and -o accumulate.
+        let s = parse(&[
+            "-m",
+            "64",
+            "-t",
+            "2",
+            "-m",
+            "3072",
+            "-l",
+            "127.0.0.1",
+            "-l",
+            "::1",
+        ])
+        .unwrap();
+        assert_eq!(s.memory_limit_bytes, 3072 << 20);
+        assert_eq!(s.threads, 2);
+        assert_eq!(s.listen, vec!["127.0.0.1".to_string(), "::1".to_string()]);
+        let s = parse(&["-o", "idle_timeout=5", "-o", "hashpower=20", "-L", "-L"]).unwrap();
+        assert_eq!(s.extended.len(), 2);
+        assert!(s.large_pages);
     }
 
     #[test]
