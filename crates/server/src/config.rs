@@ -103,7 +103,7 @@ struct Args {
     /// TCP listen backlog
     #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
     backlog: i32,
-    /// Protocol: auto, ascii or binary (only ascii is served today)
+    /// Protocol: auto (decided by a connection's first byte), ascii or binary
     #[arg(short = 'B', long = "protocol", default_value = "auto")]
     protocol: String,
     /// Max item size (k/m suffixes accepted), at least 1k
