@@ -128,9 +128,9 @@ struct Args {
     /// CPU that receives its packets (reuseport CBPF)
     #[arg(long = "pin")]
     pin: bool,
-    /// Before a worker sleeps for events, poll for up to this many microseconds
-    /// (also SO_BUSY_POLL on client sockets); pays with few clients that each
-    /// wait for their reply; 0 = off
+    /// Before a worker sleeps for events, poll for up to this many microseconds,
+    /// less (down to none) while events come far apart (also SO_BUSY_POLL on client
+    /// sockets); pays with few clients that each wait for their reply; 0 = off
     #[arg(long = "busy-poll-us", default_value_t = 0)]
     busy_poll_us: u32,
     /// Socket I/O: epoll, io_uring (multishot accept and receive, batched
@@ -276,7 +276,8 @@ pub struct Settings {
     pub sasl_pwdb: Option<String>,
     /// `--pin`: one CPU per worker and CPU-steered accepts.
     pub pin: bool,
-    /// `--busy-poll-us`: SO_BUSY_POLL on client sockets (0 = off).
+    /// `--busy-poll-us`: the longest poll before a worker sleeps (`spin.rs`), and
+    /// SO_BUSY_POLL on client sockets (0 = off).
     pub busy_poll_us: u32,
     /// `--io-backend` as given; `main` replaces `auto` (and an unavailable
     /// `uring`) with the backend actually used before any thread starts.

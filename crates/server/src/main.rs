@@ -25,6 +25,7 @@ mod exec;
 mod meta;
 mod net;
 mod runtime;
+mod spin;
 mod splice;
 mod stats;
 mod stats_report;

@@ -18,7 +18,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use mio::unix::SourceFd;
@@ -29,6 +29,7 @@ use crate::config::IoBackend;
 use crate::conn::{Conn, Status};
 use crate::exec::{Exec, Shared};
 use crate::net::{bind_tcp, bind_unix, Listener, Stream};
+use crate::spin::AdaptiveSpin;
 use crate::splice::Splices;
 use crate::stats::{bump, WorkerStats};
 use crate::udp::{bind_udp, UdpEndpoint};
@@ -268,6 +269,8 @@ struct Worker {
     splices: Option<RefCell<Splices>>,
     /// `Exec::splice_min` for this worker's connections.
     splice_min: usize,
+    /// `--busy-poll-us`: how long to poll before sleeping.
+    spin: Option<AdaptiveSpin>,
 }
 
 impl Worker {
@@ -299,6 +302,7 @@ impl Worker {
             again: Vec::new(),
             splices,
             splice_min,
+            spin: AdaptiveSpin::new(shared.settings.busy_poll_us),
             shared,
             stats,
             wake,
@@ -306,25 +310,37 @@ impl Worker {
     }
 
     /// `epoll_wait` for `timeout`; with `--busy-poll-us N`, a wait that would sleep
-    /// first polls without sleeping for up to N µs: with few clients, each waiting for
-    /// its reply, the sleep and the wake-up after it cost more than the request
-    /// (docs/benchmarks.md, "Busy polling").
+    /// first polls without sleeping, for up to N µs as long as polling keeps catching
+    /// events (`spin.rs`): with few clients, each waiting for its reply, the sleep and
+    /// the wake-up after it cost more than the request (docs/benchmarks.md, "Busy
+    /// polling").
     fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> io::Result<()> {
-        let spin = self.shared.settings.busy_poll_us;
-        if spin > 0 && timeout != Some(Duration::ZERO) {
-            let deadline = std::time::Instant::now() + Duration::from_micros(u64::from(spin));
+        let Some(spin) = self
+            .spin
+            .as_mut()
+            .filter(|_| timeout != Some(Duration::ZERO))
+        else {
+            return self.poll.poll(events, timeout);
+        };
+        let window = spin.window();
+        if !window.is_zero() {
+            let deadline = Instant::now() + window;
             loop {
                 self.poll.poll(events, Some(Duration::ZERO))?;
                 if !events.is_empty() {
+                    spin.caught();
                     return Ok(());
                 }
-                if std::time::Instant::now() >= deadline {
+                if Instant::now() >= deadline {
                     break;
                 }
                 std::hint::spin_loop();
             }
         }
-        self.poll.poll(events, timeout)
+        let asleep = Instant::now();
+        let result = self.poll.poll(events, timeout);
+        spin.slept(asleep.elapsed());
+        result
     }
 
     fn run(&mut self) {

@@ -42,6 +42,7 @@ use crate::conn::{Conn, Status};
 use crate::exec::{Exec, Shared};
 use crate::net::Listener;
 use crate::runtime::{admit, clear_wake, IdleScan, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS};
+use crate::spin::AdaptiveSpin;
 use crate::splice::Splices;
 use crate::stats::{bump, WorkerStats};
 use crate::udp::UdpEndpoint;
@@ -142,6 +143,8 @@ pub struct UringWorker {
     accept_retry: Vec<(usize, Instant)>,
     /// Polls (UDP sockets, the wake-up eventfd) the kernel ended.
     repoll: Vec<u64>,
+    /// `--busy-poll-us`: how long to poll before sleeping.
+    spin: Option<AdaptiveSpin>,
     shared: Arc<Shared>,
     stats: Arc<WorkerStats>,
     /// Shutting down: no more requests run, pending replies are sent.
@@ -180,6 +183,7 @@ impl UringWorker {
             accepted: Vec::new(),
             accept_retry: Vec::new(),
             repoll: Vec::new(),
+            spin: AdaptiveSpin::new(shared.settings.busy_poll_us),
             splices,
             splice_min,
             shared,
@@ -218,21 +222,28 @@ impl UringWorker {
             } else {
                 None
             };
-            // With `--busy-poll-us N`, up to N µs awake before sleeping (see
-            // `Ring::spin_for_completion`).
-            let spin = self.shared.settings.busy_poll_us;
-            let ready = spin > 0
-                && self
-                    .ring
-                    .spin_for_completion(Duration::from_micros(u64::from(spin)))
-                    .unwrap_or(false);
+            // With `--busy-poll-us N`, up to N µs awake before sleeping, while polling
+            // pays (`spin.rs`, `Ring::spin_for_completion`).
+            let window = self.spin.map_or(Duration::ZERO, |s| s.window());
+            let ready = !window.is_zero() && self.ring.spin_for_completion(window).unwrap_or(false);
+            let mut slept = None;
             if !ready {
+                let asleep = self.spin.is_some().then(Instant::now);
                 if let Err(e) = self.ring.submit_and_wait(timeout) {
                     eprintln!("ferrocache: io_uring_enter failed: {e}");
                     return;
                 }
+                slept = asleep.map(|t| t.elapsed());
             }
-            self.reap();
+            let incoming = self.reap();
+            // Only what came in says whether polling pays: the completions of our own
+            // sends arrive right after they are submitted, whatever the clients do.
+            if let (Some(spin), true) = (&mut self.spin, incoming) {
+                match slept {
+                    None => spin.caught(),
+                    Some(d) => spin.slept(d),
+                }
+            }
             if self.shared.shutting_down.load(Ordering::Relaxed) {
                 self.shutdown();
                 return;
@@ -247,8 +258,11 @@ impl UringWorker {
         }
     }
 
-    /// Handle every completion available.
-    fn reap(&mut self) {
+    /// Handle every completion available. True when one of them brought something in
+    /// (a connection, bytes, a readable UDP socket or wake-up) rather than only
+    /// finishing one of our sends.
+    fn reap(&mut self) -> bool {
+        let mut incoming = false;
         let UringWorker {
             ring,
             udp,
@@ -264,101 +278,108 @@ impl UringWorker {
             ..
         } = self;
         let now = shared.clock.now();
-        ring.reap(|event| match event {
-            Event::Accepted {
-                token,
-                result,
-                more,
-            } => {
-                match result {
-                    Ok(fd) => accepted.push(fd),
-                    Err(e) => {
-                        // EMFILE and friends: memcached logs and keeps listening.
-                        if shared.settings.verbose > 0 {
-                            eprintln!("ferrocache: accept failed: {e}");
+        ring.reap(|event| {
+            incoming |= !matches!(event, Event::Sent { .. });
+            match event {
+                Event::Accepted {
+                    token,
+                    result,
+                    more,
+                } => {
+                    match result {
+                        Ok(fd) => accepted.push(fd),
+                        Err(e) => {
+                            // EMFILE and friends: memcached logs and keeps listening.
+                            if shared.settings.verbose > 0 {
+                                eprintln!("ferrocache: accept failed: {e}");
+                            }
                         }
                     }
-                }
-                if !more {
-                    let i = (token & !LISTENER_TOKEN) as usize;
-                    accept_retry.push((i, Instant::now() + ACCEPT_RETRY));
-                }
-            }
-            Event::Received {
-                token,
-                result,
-                more,
-            } => {
-                let Some(idx) = lookup(generations, clients, token) else {
-                    return;
-                };
-                let Some(c) = clients[idx].as_mut() else {
-                    return;
-                };
-                match result {
-                    Ok([]) => c.eof = true,
-                    Ok(mut data) => {
-                        bump(&stats.bytes_read, data.len() as u64);
-                        c.last_active = now;
-                        while !data.is_empty() {
-                            let space = c.conn.read_space();
-                            let n = space.len().min(data.len());
-                            space[..n].copy_from_slice(&data[..n]);
-                            c.conn.filled(n);
-                            data = &data[n..];
-                        }
+                    if !more {
+                        let i = (token & !LISTENER_TOKEN) as usize;
+                        accept_retry.push((i, Instant::now() + ACCEPT_RETRY));
                     }
-                    // Out of provided buffers, or our own cancellation: the
-                    // receive is armed again when the connection can take more.
-                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::ECANCELED)) => {
-                    }
-                    Err(_) => c.eof = true,
                 }
-                if !more {
-                    c.recv_armed = false;
-                    c.cancelling = false;
-                }
-                mark(dirty, c, idx);
-            }
-            Event::Sent { token, result, buf } => {
-                let Some(idx) = lookup(generations, clients, token) else {
-                    return;
-                };
-                let Some(c) = clients[idx].as_mut() else {
-                    return;
-                };
-                match result {
-                    Ok(n) => {
-                        bump(&stats.bytes_written, n as u64);
-                        c.out_sent += n;
-                    }
-                    Err(_) => c.broken = true,
-                }
-                c.out = Some(buf);
-                mark(dirty, c, idx);
-            }
-            Event::Ready { token, more, .. } => {
-                if !more {
-                    // The kernel ended the poll (an error on the socket):
-                    // it is submitted again after this turn's completions.
-                    repoll.push(token);
-                }
-                if token == WAKE_TOKEN {
-                    clear_wake(wake);
-                } else if token & UDP_TOKEN != 0 {
-                    let exec = Exec {
-                        shared,
-                        stats,
-                        message_ends: None,
-                        splices: None,
-                        splice_min: usize::MAX,
+                Event::Received {
+                    token,
+                    result,
+                    more,
+                } => {
+                    let Some(idx) = lookup(generations, clients, token) else {
+                        return;
                     };
-                    if let Some(u) = udp.get_mut((token & !UDP_TOKEN) as usize) {
-                        u.serve(&exec);
+                    let Some(c) = clients[idx].as_mut() else {
+                        return;
+                    };
+                    match result {
+                        Ok([]) => c.eof = true,
+                        Ok(mut data) => {
+                            bump(&stats.bytes_read, data.len() as u64);
+                            c.last_active = now;
+                            while !data.is_empty() {
+                                let space = c.conn.read_space();
+                                let n = space.len().min(data.len());
+                                space[..n].copy_from_slice(&data[..n]);
+                                c.conn.filled(n);
+                                data = &data[n..];
+                            }
+                        }
+                        // Out of provided buffers, or our own cancellation: the
+                        // receive is armed again when the connection can take more.
+                        Err(e)
+                            if matches!(
+                                e.raw_os_error(),
+                                Some(libc::ENOBUFS | libc::ECANCELED)
+                            ) => {}
+                        Err(_) => c.eof = true,
+                    }
+                    if !more {
+                        c.recv_armed = false;
+                        c.cancelling = false;
+                    }
+                    mark(dirty, c, idx);
+                }
+                Event::Sent { token, result, buf } => {
+                    let Some(idx) = lookup(generations, clients, token) else {
+                        return;
+                    };
+                    let Some(c) = clients[idx].as_mut() else {
+                        return;
+                    };
+                    match result {
+                        Ok(n) => {
+                            bump(&stats.bytes_written, n as u64);
+                            c.out_sent += n;
+                        }
+                        Err(_) => c.broken = true,
+                    }
+                    c.out = Some(buf);
+                    mark(dirty, c, idx);
+                }
+                Event::Ready { token, more, .. } => {
+                    if !more {
+                        // The kernel ended the poll (an error on the socket):
+                        // it is submitted again after this turn's completions.
+                        repoll.push(token);
+                    }
+                    if token == WAKE_TOKEN {
+                        clear_wake(wake);
+                    } else if token & UDP_TOKEN != 0 {
+                        let exec = Exec {
+                            shared,
+                            stats,
+                            message_ends: None,
+                            splices: None,
+                            splice_min: usize::MAX,
+                        };
+                        if let Some(u) = udp.get_mut((token & !UDP_TOKEN) as usize) {
+                            u.serve(&exec);
+                        }
                     }
                 }
             }
         });
+        incoming
     }
 
     fn retry_accepts(&mut self) {

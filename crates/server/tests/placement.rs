@@ -63,3 +63,34 @@ fn pinned_workers_with_busy_polling_serve_every_connection() {
 fn unpinned_workers_serve_every_connection() {
     serves_every_connection(&["-t", "2", "-m", "64", "-U", "0"]);
 }
+
+/// Busy polling adapts its window (`spin.rs`): requests far apart turn polling off,
+/// requests close together turn it back on. Every request is answered across those
+/// changes, on whichever backend the suite runs (`FERROCACHE_IO_BACKEND`).
+#[test]
+fn busy_polling_answers_across_sparse_and_dense_requests() {
+    let server = ServerProcess::start(
+        ServerKind::Ferrocache,
+        &["-t", "1", "-m", "64", "-U", "0", "--busy-poll-us", "20"],
+    );
+    let mut c = server.connect();
+    assert_eq!(c.request(b"set k 7 0 1\r\nv\r\n"), b"STORED\r\n");
+    let hit = "VALUE k 7 1\r\nv\r\nEND\r\n";
+    // Far apart: each sleep is longer than twice the window, so after a few of
+    // them the worker sleeps without polling.
+    for i in 0..12 {
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        assert_eq!(c.request_str("get k\r\n"), hit, "sparse request {i}");
+    }
+    // Close together again, from several connections at once.
+    let mut others: Vec<_> = (0..4).map(|_| server.connect()).collect();
+    for i in 0..500 {
+        let conn = if i % 5 == 0 {
+            &mut c
+        } else {
+            &mut others[i % 4]
+        };
+        assert_eq!(conn.request_str("get k\r\n"), hit, "dense request {i}");
+    }
+    assert_eq!(server.stats("settings")["busy_poll_us"], "20");
+}
