@@ -49,10 +49,10 @@ struct Args {
     /// Interfaces to listen on, comma separated or repeated (default 127.0.0.1)
     #[arg(short = 'l', long = "listen", default_value = "127.0.0.1", action = clap::ArgAction::Append)]
     listen: Vec<String>,
-    /// Run as a daemon (accepted; ferrocache stays in the foreground)
+    /// Run as a daemon
     #[arg(short = 'd', long = "daemon")]
     daemon: bool,
-    /// Maximize core file limit (accepted, no effect)
+    /// Maximize core file limit
     #[arg(short = 'r', long = "enable-coredumps")]
     coredumps: bool,
     /// Assume the identity of USER (only when run as root)
@@ -291,6 +291,10 @@ pub struct Settings {
     pub null_store: Option<Vec<u8>>,
     /// `-L`: item memory on transparent huge pages.
     pub large_pages: bool,
+    /// `-d`: detach and run in the background.
+    pub daemonize: bool,
+    /// `-r`: raise the core file size limit.
+    pub max_core: bool,
     /// Every `-o` option as given, for `stats settings`.
     pub extended: Vec<(String, String)>,
 }
@@ -426,11 +430,13 @@ impl Settings {
             zero_copy_min: a.zero_copy_min,
             null_store: a.null_store.then(|| vec![b'x'; a.null_value_bytes]),
             large_pages: a.large_pages,
+            daemonize: a.daemon,
+            max_core: a.coredumps,
             extended,
         })
         .inspect(|_| {
             // Accepted for compatibility, no effect; see docs/operations.md.
-            let _ = (a.daemon, a.coredumps, a.lock_memory);
+            let _ = a.lock_memory;
         })
     }
 }

@@ -52,6 +52,15 @@ fn main() {
 
 fn real_main() -> Result<()> {
     let mut settings = Settings::from_args(std::env::args_os())?;
+    // memcached's order: the core limit, then the fork, before anything else starts
+    // (no thread may exist at the fork).
+    if settings.max_core {
+        sys::raise_core_limit()?;
+    }
+    if settings.daemonize {
+        sys::daemonize(settings.max_core, settings.verbose > 0)
+            .context("failed to daemon() in order to daemonize")?;
+    }
     let (backend, why_not) = uring::resolve(settings.io_backend);
     if let Some(line) = why_not {
         eprintln!("{line}");

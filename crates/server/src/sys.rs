@@ -6,7 +6,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 /// User and system CPU time of this process, formatted as memcached does
 /// (`seconds.microseconds`).
@@ -158,6 +158,78 @@ unsafe fn socket_io(
 pub fn signal_self_terminate() {
     // SAFETY: kill on our own pid with a valid signal number has no memory effects.
     unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+}
+
+/// memcached's `-d`: detach from the terminal and the launching process. Fork; the
+/// parent exits 0 at once; the child starts a new session, ignores SIGHUP, moves to `/`
+/// unless `keep_dir` (memcached keeps the directory with `-r`, for core files), and
+/// points standard input at /dev/null, and standard output and error too unless
+/// `keep_output` (memcached keeps them with `-v`).
+///
+/// Call it while the process has one thread: a fork copies only the calling thread.
+pub fn daemonize(keep_dir: bool, keep_output: bool) -> io::Result<()> {
+    // SAFETY: the caller runs this before any other thread exists, so the child is a
+    // complete copy of the process; the parent leaves through `_exit`, which runs no
+    // destructors or exit handlers that the child will run again.
+    match unsafe { libc::fork() } {
+        -1 => return Err(io::Error::last_os_error()),
+        0 => {}
+        // SAFETY: `_exit` ends the parent at once, running nothing of this program's.
+        _ => unsafe { libc::_exit(0) },
+    }
+    // SAFETY: setsid takes no arguments; the child of a fork is never a group leader.
+    if unsafe { libc::setsid() } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: setting SIG_IGN installs no Rust code as a handler.
+    unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
+    if !keep_dir {
+        std::env::set_current_dir("/")?;
+    }
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    for target in [0, 1, 2] {
+        if target > 0 && keep_output {
+            continue;
+        }
+        // SAFETY: both are open descriptors; dup2 replaces `target` atomically, and the
+        // standard streams are not borrowed as files anywhere in the server.
+        if unsafe { libc::dup2(null.as_raw_fd(), target) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// memcached's `-r`: raise the core file size limit to unlimited, or failing that to
+/// the hard limit. An error when the soft limit is still 0.
+pub fn raise_core_limit() -> io::Result<()> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read or write only the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_CORE, &mut limit) == 0 {
+            let unlimited = libc::rlimit {
+                rlim_cur: libc::RLIM_INFINITY,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            if libc::setrlimit(libc::RLIMIT_CORE, &unlimited) != 0 {
+                let hard = libc::rlimit {
+                    rlim_cur: limit.rlim_max,
+                    rlim_max: limit.rlim_max,
+                };
+                libc::setrlimit(libc::RLIMIT_CORE, &hard);
+            }
+        }
+        if libc::getrlimit(libc::RLIMIT_CORE, &mut limit) != 0 || limit.rlim_cur == 0 {
+            return Err(io::Error::other("failed to ensure corefile creation"));
+        }
+    }
+    Ok(())
 }
 
 /// memcached's `-u`: when running as root, switch to `user`.
