@@ -105,9 +105,10 @@ fn real_main() -> Result<()> {
         sasl,
         settings,
     });
-    runtime::run(shared.clone(), worker_stats)?;
+    let served = runtime::run(shared.clone(), worker_stats);
+    // Also when binding failed: a pid file must not outlive its process.
     if let Some(path) = &shared.settings.pidfile {
         let _ = std::fs::remove_file(path);
     }
-    Ok(())
+    served
 }

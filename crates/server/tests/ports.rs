@@ -83,3 +83,34 @@ fn a_second_server_on_a_taken_udp_port_refuses_to_start() {
     );
     assert_eq!(first.stats("settings")["udpport"], udp_port);
 }
+
+/// A server that cannot bind leaves no pid file behind it (`-P`), as memcached, which
+/// writes it only once listening, leaves none.
+#[test]
+fn a_refused_start_leaves_no_pid_file() {
+    let first = ServerProcess::start(ServerKind::Ferrocache, &["-t", "1", "-U", "0"]);
+    let pidfile = std::env::temp_dir().join(format!("ferrocache-ports-{}.pid", std::process::id()));
+    let _ = std::fs::remove_file(&pidfile);
+    let port = first.port.to_string();
+    let path = pidfile.display().to_string();
+    let args: Vec<String> = [
+        "-p",
+        &port,
+        "-l",
+        "127.0.0.1",
+        "-U",
+        "0",
+        "-t",
+        "1",
+        "-P",
+        &path,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for kind in [ServerKind::Memcached, ServerKind::Ferrocache] {
+        let out = run_to_exit(kind, &args);
+        assert_refused(&out, kind.name(), "Address already in use");
+        assert!(!pidfile.exists(), "{} left its pid file", kind.name());
+    }
+}
