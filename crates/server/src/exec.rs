@@ -217,8 +217,16 @@ impl Exec<'_> {
                     b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n"
                 } else if megabytes > 1_000_000_000 {
                     b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n"
+                } else if self
+                    .store()
+                    .set_memory_limit(megabytes as usize * (1 << 20))
+                {
+                    if self.shared.verbosity.load(Ordering::Relaxed) > 0 {
+                        eprintln!("maxbytes adjusted to {megabytes}m");
+                    }
+                    b"OK\r\n"
                 } else {
-                    // The segment pool is sized at start; see docs/protocol.md.
+                    // With -L, or past the segment table's room; see docs/protocol.md.
                     b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n"
                 };
                 reply(out, noreply, line);

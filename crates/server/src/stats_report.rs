@@ -107,7 +107,7 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
 pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     let s = &shared.settings;
     let mut o = Out(buf);
-    o.num("maxbytes", s.memory_limit_bytes);
+    o.num("maxbytes", shared.store.memory_limit());
     o.num("maxconns", s.max_connections);
     o.num("tcpport", s.port);
     o.num("udpport", s.udp_port);

@@ -305,3 +305,47 @@ fn large_pages_hold_item_memory_within_the_same_bound() {
         .iter()
         .all(|&kib| kib < LIMIT_MB * 1024));
 }
+
+/// `cache_memlimit` at run time: after a lower limit, writing on brings resident memory
+/// down to it (segments are emptied and their pages given back), and the newest items
+/// stay; after a higher one, the cache grows past the old limit. memcached gives no
+/// memory back, so this is ferrocache's alone.
+#[test]
+fn a_lower_memory_limit_gives_memory_back_as_items_are_written() {
+    let server = ServerProcess::start(ServerKind::Ferrocache, SERVER_ARGS);
+    let mut w = Writer::new(&server, 0x6d65_6d6c);
+    let fill = |w: &mut Writer, total: u64| w.write(total, |rng| rng.range_usize(1000, 20_000));
+    fill(&mut w, 128 << 20);
+    let full_kib = server.rss_kib();
+    assert!(
+        full_kib > 60 * 1024,
+        "a full 64 MB cache is resident: {full_kib} KiB"
+    );
+    assert_eq!(w.conn.request(b"cache_memlimit 16\r\n"), b"OK\r\n");
+    fill(&mut w, 64 << 20);
+    let low_kib = server.rss_kib();
+    eprintln!("resident: {full_kib} KiB at -m 64, {low_kib} KiB after cache_memlimit 16");
+    assert!(
+        low_kib < 40 * 1024,
+        "after cache_memlimit 16, {low_kib} KiB resident (was {full_kib})"
+    );
+    assert_eq!(w.stat("limit_maxbytes"), 16 << 20);
+    assert!(
+        w.stat("bytes") <= 16 << 20,
+        "{} bytes stored",
+        w.stat("bytes")
+    );
+    // The newest items are all there (check_recent ran after every batch as well).
+    let newest: Vec<(u64, usize)> = w.written.iter().rev().take(200).copied().collect();
+    for (seq, len) in newest {
+        assert!(w.get(seq, len), "{} missing", key(seq));
+    }
+    // Raised again: the cache holds more than it did at first.
+    assert_eq!(w.conn.request(b"cache_memlimit 96\r\n"), b"OK\r\n");
+    fill(&mut w, 160 << 20);
+    assert!(
+        w.stat("bytes") > 64 << 20,
+        "{} bytes stored under a 96 MB limit",
+        w.stat("bytes")
+    );
+}

@@ -576,6 +576,62 @@ fn flush_all_verbosity_version_mn() {
 }
 
 #[test]
+fn cache_memlimit_changes_the_limit() {
+    let server = start();
+    let mut c = server.connect();
+    let limit = |c: &mut Client| -> (String, String) {
+        let stats = c.stats("");
+        let settings = c.stats("settings");
+        (
+            stats["limit_maxbytes"].clone(),
+            settings["maxbytes"].clone(),
+        )
+    };
+    assert_eq!(limit(&mut c), ("67108864".into(), "67108864".into()));
+    expect(&mut c, b"cache_memlimit 100\r\n", b"OK\r\n");
+    assert_eq!(limit(&mut c), ("104857600".into(), "104857600".into()));
+    expect(&mut c, b"cache_memlimit 8\r\n", b"OK\r\n");
+    expect(&mut c, b"cache_memlimit 32 noreply\r\n", b"");
+    assert_eq!(limit(&mut c), ("33554432".into(), "33554432".into()));
+    expect(
+        &mut c,
+        b"cache_memlimit 7\r\n",
+        b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n",
+    );
+    expect(
+        &mut c,
+        b"cache_memlimit 2000000000\r\n",
+        b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n",
+    );
+    expect(&mut c, b"cache_memlimit abc\r\n", b"ERROR\r\n");
+    expect(&mut c, b"cache_memlimit\r\n", b"ERROR\r\n");
+    assert_eq!(limit(&mut c), ("33554432".into(), "33554432".into()));
+    // Still a cache after all that.
+    expect(
+        &mut c,
+        b"set a 0 0 1\r\nx\r\nget a\r\n",
+        b"STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\n",
+    );
+}
+
+/// memcached refuses `cache_memlimit` when its memory was allocated at start (`-L`);
+/// ferrocache's large-page mapping is sized at start too.
+#[test]
+fn cache_memlimit_is_refused_with_large_pages() {
+    if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+        return; // -L falls back to normal pages, which can be adjusted.
+    }
+    let server = ServerProcess::start(ServerKind::under_test(), &["-m", "64", "-U", "0", "-L"]);
+    let mut c = server.connect();
+    expect(
+        &mut c,
+        b"cache_memlimit 100\r\n",
+        b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n",
+    );
+    assert_eq!(c.stats("")["limit_maxbytes"], "67108864");
+}
+
+#[test]
 fn pipelined_requests_in_one_write_and_split() {
     let server = start();
     let mut c = server.connect();

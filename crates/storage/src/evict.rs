@@ -40,6 +40,9 @@ const DEAD_SCAN_SEGMENTS: usize = 256;
 /// Before a never-used segment is taken, a sealed one with at most 1/this of its bytes
 /// live is compacted and reused instead (see `acquire_segment`).
 const EARLY_COMPACT_LIVE_DIVISOR: usize = 4;
+/// Segments given back per segment acquired while over a lowered memory limit: more
+/// than one, so that memory comes down while items are written.
+const RETIRE_PER_ACQUIRE: usize = 2;
 /// Buckets the sweep examines per shard lock hold, to keep lock hold times short.
 const SWEEP_CHUNK_BUCKETS: usize = 512;
 /// Least number of index buckets one sweep call examines.
@@ -97,13 +100,23 @@ impl Store {
     /// A segment with at least `len` free bytes: (id, bytes used). Called with the group
     /// lock held and no shard lock.
     fn acquire_segment(&self, len: usize, now: RelTime) -> Option<(u32, u32)> {
+        if self.evictions {
+            self.retire_excess(now);
+        }
         if let Some(seg) = self.take_dead_segment() {
             return Some((seg, 0));
         }
         if let Some(found) = self.compact_mostly_dead(len, EARLY_COMPACT_LIVE_DIVISOR, now) {
             return Some(found);
         }
-        let fresh = self.pool_lock().free.pop();
+        let fresh = {
+            let mut pool = self.pool_lock();
+            if pool.in_use() < pool.limit {
+                pool.free.pop()
+            } else {
+                None
+            }
+        };
         if let Some(seg) = fresh {
             self.segments[seg as usize].mem.ensure_allocated();
             return Some((seg, 0));
@@ -146,6 +159,42 @@ impl Store {
             };
             let (seg, top) = candidate?;
             self.compact_closed(seg, top, len, now)
+        }
+    }
+
+    /// After `cache_memlimit` lowered the limit: while more segments hold items than it
+    /// allows, empty up to [`RETIRE_PER_ACQUIRE`] of them (a dead one if there is one,
+    /// else the oldest, evicting all it holds) and give their pages back to the kernel.
+    /// Called on the way to a new segment, so memory comes down as items are written.
+    fn retire_excess(&self, now: RelTime) {
+        for _ in 0..RETIRE_PER_ACQUIRE {
+            {
+                let pool = self.pool_lock();
+                if pool.in_use() <= pool.limit {
+                    return;
+                }
+            }
+            let seg = match self.take_dead_segment() {
+                Some(seg) => seg,
+                None => {
+                    let Some(victim) = self.pool_lock().sealed.pop_front() else {
+                        return;
+                    };
+                    if !self.close_to_pins(victim.0) {
+                        self.pool_lock().sealed.push_back(victim);
+                        return;
+                    }
+                    let kept = self.evict_segment(victim.0, victim.1, 0, false, now);
+                    debug_assert_eq!(kept, 0, "a zero budget retains nothing");
+                    self.reopen_to_pins(victim.0);
+                    victim.0
+                }
+            };
+            // SAFETY: `seg` is on no list and indexes no item, so no thread reads or
+            // writes its bytes: pins are taken only through indexed items, and writers
+            // only through reservations in open segments.
+            unsafe { self.segments[seg as usize].mem.release() };
+            self.pool_lock().free.push(seg);
         }
     }
 

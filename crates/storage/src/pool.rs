@@ -54,10 +54,23 @@ impl SegmentMeta {
 
 /// Segments that are not open for writing.
 pub(crate) struct PoolState {
-    /// Never used yet (allocated on first use).
+    /// Holding nothing: never used yet (allocated on first use), or retired after the
+    /// memory limit was lowered (pages given back).
     pub free: Vec<u32>,
     /// Full segments, oldest first, each with the number of bytes written.
     pub sealed: VecDeque<(u32, u32)>,
+    /// Segments `0..provisioned` have been handed to `free` at some time; the rest of
+    /// the store's table waits for a higher memory limit (`cache_memlimit`).
+    pub provisioned: usize,
+    /// Segments that may hold items at once: the memory limit in segments.
+    pub limit: usize,
+}
+
+impl PoolState {
+    /// Segments holding items now: open, sealed, or being evicted.
+    pub fn in_use(&self) -> usize {
+        self.provisioned - self.free.len()
+    }
 }
 
 /// The open segment of one writer group: (segment id, bytes used), if any.

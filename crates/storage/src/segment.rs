@@ -177,6 +177,23 @@ impl SegmentMem {
         unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len) }
     }
 
+    /// Give the segment's whole pages back to the kernel, keeping its address: they read
+    /// as zeros afterwards and cost no memory until written again (the partial pages at
+    /// either end of a heap segment keep their bytes; nothing reads a segment's bytes
+    /// before they are written again). For a segment retired by a lower memory limit.
+    ///
+    /// # Safety
+    /// No thread reads or writes any byte of the segment during the call or holds a
+    /// borrow of one, until the segment is handed out again.
+    pub unsafe fn release(&self) {
+        let p = self.ptr.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: the whole segment is this allocation's, and the caller guarantees
+            // that nobody reads it, so its bytes may turn to zero.
+            unsafe { release_pages(p, self.len) };
+        }
+    }
+
     /// Move `len` bytes from `src` to `dst` (ranges may overlap), as in `memmove`.
     ///
     /// # Safety
@@ -406,6 +423,32 @@ mod tests {
         }
         drop(segments);
         drop(region);
+    }
+
+    /// A released segment keeps its address, reads as zeros inside its whole pages and
+    /// takes writes again. Not under Miri, where releasing is a no-op.
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn released_segment_reads_zero_and_is_written_again() {
+        let s = SegmentMem::new(1 << 20);
+        s.ensure_allocated();
+        let before = s.ptr.load(Ordering::Relaxed);
+        // SAFETY: single-threaded test; each borrow ends before the next access.
+        unsafe { s.bytes_mut(0, 1 << 20) }.fill(7);
+        // SAFETY: no borrow of the segment is alive.
+        unsafe { s.release() };
+        assert_eq!(s.ptr.load(Ordering::Relaxed), before);
+        // Every byte from the first page boundary to the last.
+        let first = (before as usize).next_multiple_of(4096) - before as usize;
+        let last = ((before as usize + (1 << 20)) & !4095) - before as usize;
+        // SAFETY: as above.
+        assert!(unsafe { s.bytes(first, last - first) }
+            .iter()
+            .all(|&b| b == 0));
+        // SAFETY: as above.
+        unsafe { s.bytes_mut(4096, 4) }.copy_from_slice(b"back");
+        // SAFETY: as above.
+        assert_eq!(unsafe { s.bytes(4096, 4) }, b"back");
     }
 
     #[test]

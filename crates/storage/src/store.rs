@@ -45,6 +45,12 @@ pub const MEMCACHED_ITEM_OVERHEAD_BYTES: usize = 59;
 
 const SEGMENT_ROUND_BYTES: usize = 4096;
 const MAX_SHARDS: usize = 4096;
+/// How far `cache_memlimit` may raise the limit: to this many times the starting
+/// one, but by at most [`MEMLIMIT_MAX_EXTRA`] segments (2.6 MB of table)...
+const MEMLIMIT_GROWTH: usize = 4;
+const MEMLIMIT_MAX_EXTRA: usize = 1 << 16;
+/// ...and to this many segments in any case.
+const MEMLIMIT_MIN_CAPACITY: usize = 1024;
 /// Keys between the stages of a prefetched multi-get ([`Store::prefetch_index`],
 /// [`Store::prefetch_record`], [`Store::get_hashed`]): at a few hundred cycles of work per
 /// key, eight keys cover a memory miss, and sixteen misses in flight fit a core's miss
@@ -147,7 +153,9 @@ pub struct Store {
     pub(crate) pool: Mutex<PoolState>,
     pub(crate) groups: Box<[GroupSlot]>,
     pub(crate) evictions: bool,
-    memory_limit: usize,
+    /// The memory limit in bytes, as `limit_maxbytes` shows it (`cache_memlimit` changes
+    /// it; the segments it allows are `PoolState::limit`).
+    memory_limit: AtomicUsize,
     item_size_max: usize,
     cas: Padded<AtomicU64>,
     flush: Padded<FlushState>,
@@ -240,6 +248,16 @@ impl StoreBuilder {
         if count > u32::MAX as usize {
             return Err(BuildError::MemoryTooLarge(self.memory_limit));
         }
+        // Room for `cache_memlimit` to raise the limit later: the table of segments costs
+        // about 40 bytes a segment, and their memory is only taken on first use. A
+        // large-page store's mapping is sized at start, so it cannot grow.
+        let capacity = if self.large_pages {
+            count
+        } else {
+            (count + (count * (MEMLIMIT_GROWTH - 1)).min(MEMLIMIT_MAX_EXTRA))
+                .max(MEMLIMIT_MIN_CAPACITY)
+                .min(u32::MAX as usize)
+        };
         let shards = match self.shards {
             Some(n) => n.clamp(1, MAX_SHARDS).next_power_of_two(),
             None => count.next_power_of_two().clamp(16, 256),
@@ -253,7 +271,7 @@ impl StoreBuilder {
         } else {
             None
         };
-        let segments = (0..count)
+        let segments = (0..capacity)
             .map(|i| match &large_pages {
                 Some(region) => {
                     SegmentMeta::with_mem(SegmentMem::in_region(region, i, segment_size))
@@ -275,10 +293,12 @@ impl StoreBuilder {
             pool: Mutex::new(PoolState {
                 free: (0..count as u32).rev().collect(),
                 sealed: VecDeque::with_capacity(count),
+                provisioned: count,
+                limit: count,
             }),
             groups: (0..groups).map(|_| GroupSlot::new()).collect(),
             evictions: self.evictions,
-            memory_limit: self.memory_limit,
+            memory_limit: AtomicUsize::new(self.memory_limit),
             item_size_max: self.item_size_max,
             cas: Padded(AtomicU64::new(0)),
             flush: Padded(FlushState {
@@ -318,6 +338,43 @@ impl Store {
     /// The item size limit this store was built with.
     pub fn item_size_max(&self) -> usize {
         self.item_size_max
+    }
+
+    /// memcached's `cache_memlimit`: make `bytes` the memory limit of the running store.
+    /// False, changing nothing, where it cannot: a large-page store (its mapping is sized
+    /// at start; memcached refuses too when its memory is preallocated), or more than
+    /// the segment table made at start has room for (four times the starting limit, at
+    /// most 65 536 segments more than it, and 1024 segments in any case).
+    ///
+    /// A higher limit lets writers take never-used segments again. A lower one stops
+    /// them taking any, and each segment they need while more are in use than the new
+    /// limit allows is found by evicting two: one is reused, the other's pages go back
+    /// to the kernel. Memory therefore comes down as items are written, and stays where
+    /// it is when none are (memcached gives none back). Under `-M`, where nothing may be
+    /// evicted, a lower limit only stops the growth.
+    pub fn set_memory_limit(&self, bytes: usize) -> bool {
+        if self.large_pages.is_some() {
+            return false;
+        }
+        let count = (bytes / self.segment_size).max(2);
+        if count > self.segments.len() {
+            return false;
+        }
+        let mut pool = self.pool_lock();
+        if count > pool.provisioned {
+            let start = pool.provisioned as u32;
+            // Popped from the end: the lowest index first, as at start.
+            pool.free.splice(0..0, (start..count as u32).rev());
+            pool.provisioned = count;
+        }
+        pool.limit = count;
+        self.memory_limit.store(bytes, Ordering::Relaxed);
+        true
+    }
+
+    /// The memory limit in bytes (as built, or as `cache_memlimit` last set it).
+    pub fn memory_limit(&self) -> usize {
+        self.memory_limit.load(Ordering::Relaxed)
     }
 
     /// Whether item memory is on large pages (see [`StoreBuilder::large_pages`]).
@@ -988,7 +1045,10 @@ impl Store {
             sum.reclaimed += s.reclaimed;
             sum.items_retained += s.items_retained;
         }
-        let free = self.pool_lock().free.len();
+        let (in_use, limit) = {
+            let pool = self.pool_lock();
+            (pool.in_use(), pool.limit)
+        };
         StoreStats {
             curr_items: sum.curr_items,
             total_items: sum.total_items,
@@ -997,9 +1057,9 @@ impl Store {
             expired_unfetched: sum.expired_unfetched,
             evicted_unfetched: sum.evicted_unfetched,
             reclaimed: sum.reclaimed,
-            limit_maxbytes: self.memory_limit as u64,
-            segments_used: (self.segments.len() - free) as u64,
-            segments_total: self.segments.len() as u64,
+            limit_maxbytes: self.memory_limit.load(Ordering::Relaxed) as u64,
+            segments_used: in_use as u64,
+            segments_total: limit as u64,
             segment_size: self.segment_size as u64,
             items_retained: sum.items_retained,
         }
@@ -1971,6 +2031,66 @@ mod tests {
         // The newest items (about 4 MiB of them) are all there.
         assert!(hits > 2_000, "{hits}");
         assert!(get(&s, format!("k{}", n - 1).as_bytes(), NOW).is_some());
+    }
+
+    /// `cache_memlimit`: a higher limit lets the store use more segments, a lower one
+    /// brings the segments in use down as items are written, the newest items stay
+    /// readable throughout, and a limit past the table's room is refused.
+    #[test]
+    fn memory_limit_rises_and_falls_at_run_time() {
+        let mib = 1 << 20;
+        let s = Store::builder().memory_limit(4 * mib).build().unwrap();
+        assert_eq!(s.segment_size(), mib);
+        let value = vec![b'v'; 2000];
+        let mut next = 0u32;
+        let mut write = |mb: usize| {
+            let end = next + (mb * mib / value.len()) as u32;
+            while next < end {
+                let mut v = value.clone();
+                v[..4].copy_from_slice(&next.to_le_bytes());
+                assert_eq!(
+                    set(&s, format!("k{next}").as_bytes(), &v),
+                    StoreOutcome::Stored
+                );
+                next += 1;
+            }
+            next
+        };
+        let newest_readable = |s: &Store, last: u32, n: u32| {
+            for k in last - n..last {
+                let (v, _, _) = get(s, format!("k{k}").as_bytes(), NOW)
+                    .unwrap_or_else(|| panic!("k{k} missing"));
+                assert_eq!(&v[..4], &k.to_le_bytes());
+            }
+        };
+        write(16);
+        assert_eq!(s.stats().segments_used, 4);
+        assert!(s.set_memory_limit(12 * mib));
+        assert_eq!(s.stats().limit_maxbytes, 12 << 20);
+        assert_eq!(s.stats().segments_total, 12);
+        let last = write(32);
+        assert_eq!(s.stats().segments_used, 12);
+        // 10 MiB of the newest items: more than the old limit could hold.
+        newest_readable(&s, last, (10 * mib / value.len()) as u32);
+        assert!(s.set_memory_limit(3 * mib));
+        assert_eq!(s.stats().segments_total, 3);
+        assert_eq!(
+            s.stats().segments_used,
+            12,
+            "nothing is given back until items are written"
+        );
+        let last = write(16);
+        assert_eq!(s.stats().segments_used, 3);
+        newest_readable(&s, last, (mib / value.len()) as u32);
+        // Room for four times the starting limit, or 1024 segments.
+        assert!(s.set_memory_limit(1024 * mib));
+        assert!(!s.set_memory_limit(1025 * mib));
+        assert_eq!(s.stats().limit_maxbytes, 1024 << 20);
+        // Writes take segments again, the retired ones included: 3 in use, plus about 17
+        // for 16 MiB of values and their headers.
+        write(16);
+        let used = s.stats().segments_used;
+        assert!((18..=21).contains(&used), "{used} segments in use");
     }
 
     #[test]
