@@ -785,6 +785,7 @@ mod tests {
             stats: StatsRegistry::new(vec![stats.clone()]),
             curr_connections: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
+            ascii_auth: None,
             sasl: None,
             settings,
         };

@@ -104,11 +104,15 @@ struct Args {
     #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
     backlog: i32,
     /// Protocol: auto (decided by a connection's first byte), ascii or binary
-    #[arg(short = 'B', long = "protocol", default_value = "auto")]
-    protocol: String,
+    #[arg(short = 'B', long = "protocol")]
+    protocol: Option<String>,
     /// Max item size (k/m suffixes accepted), at least 1k
     #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
     item_size_max: String,
+    /// ASCII protocol authentication: a first `set` must carry `<user> <password>`
+    /// from this file of `user:password` lines
+    #[arg(short = 'Y', long = "auth-file")]
+    auth_file: Option<String>,
     /// Turn on SASL authentication (binary protocol; passwords from MEMCACHED_SASL_PWDB)
     #[arg(short = 'S', long = "enable-sasl")]
     sasl: bool,
@@ -291,6 +295,8 @@ pub struct Settings {
     pub null_store: Option<Vec<u8>>,
     /// `-L`: item memory on transparent huge pages.
     pub large_pages: bool,
+    /// `-Y`: the ASCII authentication file (loaded in `main`, see `auth.rs`).
+    pub auth_file: Option<String>,
     /// `-d`: detach and run in the background.
     pub daemonize: bool,
     /// `-r`: raise the core file size limit.
@@ -348,7 +354,7 @@ impl Settings {
         if a.conn_limit == 0 {
             bail!("Maximum connections must be greater than 0");
         }
-        let mut binding = match a.protocol.as_str() {
+        let mut binding = match a.protocol.as_deref().unwrap_or("auto") {
             "auto" => Binding::Auto,
             "ascii" => Binding::Ascii,
             "binary" => Binding::Binary,
@@ -370,6 +376,18 @@ impl Settings {
         } else {
             None
         };
+        if a.auth_file.is_some() {
+            // memcached's checks, in its order.
+            if a.udp_port != 0 {
+                bail!("Cannot use UDP with ascii authentication enabled (-U 0 to disable)");
+            }
+            if binding != Binding::Ascii && (a.protocol.is_some() || a.sasl) {
+                bail!(
+                    "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens."
+                );
+            }
+            binding = Binding::Ascii;
+        }
         let unix_mask = u32::from_str_radix(&a.unix_mask, 8)
             .with_context(|| format!("bad -a value {:?}", a.unix_mask))?;
 
@@ -430,6 +448,7 @@ impl Settings {
             zero_copy_min: a.zero_copy_min,
             null_store: a.null_store.then(|| vec![b'x'; a.null_value_bytes]),
             large_pages: a.large_pages,
+            auth_file: a.auth_file,
             daemonize: a.daemon,
             max_core: a.coredumps,
             extended,

@@ -24,10 +24,12 @@ use protocol::text::{
 use storage::Store;
 
 use crate::ahead::{Ahead, Kind};
+use crate::auth::Step as AuthStep;
 use crate::binary::BinaryStep;
 use crate::config::Binding;
 use crate::exec::{memcached_item_fits, Exec, Flow};
 use crate::splice::{Output, Splices};
+use crate::stats::bump;
 
 /// Smallest free space offered to a read.
 const READ_CHUNK_BYTES: usize = 16 * 1024;
@@ -63,6 +65,8 @@ enum Mode {
     Undecided,
     Text,
     Binary,
+    /// Text, not yet authenticated (`-Y`, `auth.rs`).
+    Auth,
 }
 
 /// What the runtime should do with the connection after [`Conn::process`].
@@ -96,6 +100,9 @@ pub struct Conn {
     /// Input bytes (from `rpos`) the next request needs before it can run:
     /// its data block, or a long multi-get line; 0 when nothing is known.
     need: usize,
+    /// Where the last reply of a not-yet-authenticated connection starts in `wbuf`, if
+    /// it was made in this `process` call (`-Y`; see `step_auth`).
+    auth_reply_at: Option<usize>,
     /// A multi-get paused because its output reached the high-water mark.
     paused_get: Option<PausedGet>,
     /// Pipelined requests parsed ahead in this `process` call (see `ahead.rs`).
@@ -136,6 +143,7 @@ impl Conn {
             stalled: false,
             binary: crate::binary::Session::default(),
             need: 0,
+            auth_reply_at: None,
             paused_get: None,
             ahead: Ahead::default(),
         }
@@ -318,6 +326,7 @@ impl Conn {
         self.reqs_this_event = 0;
         self.stalled = false;
         self.ahead.clear();
+        self.auth_reply_at = None;
         let reqs_per_event = exec.shared.settings.reqs_per_event;
         loop {
             match self.state {
@@ -403,9 +412,16 @@ impl Conn {
                 Binding::Auto | Binding::Ascii => Mode::Text,
                 Binding::Binary => Mode::Binary,
             };
+            if self.mode == Mode::Text && exec.shared.ascii_auth.is_some() {
+                self.mode = Mode::Auth;
+            }
         }
-        if self.mode == Mode::Binary {
-            return self.step_binary(exec);
+        if self.mode != Mode::Text {
+            return if self.mode == Mode::Binary {
+                self.step_binary(exec)
+            } else {
+                self.step_auth(exec)
+            };
         }
         let (request, end, next) = match parse_fast(input) {
             Some(fast) => fast,
@@ -627,6 +643,55 @@ impl Conn {
             self.rpos = 0;
             if self.rbuf.len() < total {
                 self.rbuf.resize(total, 0);
+            }
+        }
+    }
+
+    /// One authentication attempt (or refused line) of a connection that has not
+    /// authenticated yet (`-Y`), if a whole one is buffered.
+    #[cold]
+    fn step_auth(&mut self, exec: &Exec<'_>) -> bool {
+        let Some(file) = exec.shared.ascii_auth.as_ref() else {
+            self.mode = Mode::Text;
+            return true;
+        };
+        match crate::auth::step(&self.rbuf[self.rpos..self.rlen], file) {
+            AuthStep::Incomplete { need } => {
+                if need > 0 {
+                    self.wait_for(need);
+                }
+                false
+            }
+            AuthStep::Close => {
+                self.state = State::Closed;
+                false
+            }
+            AuthStep::Done {
+                used,
+                reply,
+                checked,
+                ok,
+            } => {
+                self.need = 0;
+                self.rpos += used;
+                // memcached writes every reply of an unauthenticated connection into
+                // one response object until it is sent, so of the replies to requests
+                // read together only the last is sent. Copied; see docs/protocol.md.
+                if let Some(at) = self.auth_reply_at.filter(|&at| at >= self.wpos) {
+                    self.wbuf.truncate(at);
+                }
+                self.auth_reply_at = Some(self.wbuf.len());
+                self.wbuf.extend_from_slice(reply);
+                if checked {
+                    bump(&exec.stats.auth_cmds, 1);
+                    if !ok {
+                        bump(&exec.stats.auth_errors, 1);
+                    }
+                }
+                if ok {
+                    self.mode = Mode::Text;
+                }
+                true
             }
         }
     }

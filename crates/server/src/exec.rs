@@ -32,6 +32,8 @@ pub struct Shared {
     pub shutting_down: AtomicBool,
     /// SASL credentials with `-S` (binary protocol only, as memcached).
     pub sasl: Option<crate::binary::Sasl>,
+    /// ASCII authentication with `-Y` (`auth.rs`).
+    pub ascii_auth: Option<crate::auth::AuthFile>,
 }
 
 /// What the connection must do after a request.

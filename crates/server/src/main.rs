@@ -17,6 +17,7 @@
 //! Parsing lives in the `protocol` crate and item memory in `storage`.
 
 mod ahead;
+mod auth;
 mod binary;
 mod clock;
 mod config;
@@ -92,6 +93,10 @@ fn real_main() -> Result<()> {
         ),
         None => None,
     };
+    let ascii_auth = match &settings.auth_file {
+        Some(path) => Some(auth::AuthFile::load(path)?),
+        None => None,
+    };
     let worker_stats: Vec<Arc<WorkerStats>> = (0..settings.threads)
         .map(|_| Arc::new(WorkerStats::default()))
         .collect();
@@ -103,6 +108,7 @@ fn real_main() -> Result<()> {
         curr_connections: AtomicUsize::new(0),
         shutting_down: AtomicBool::new(false),
         sasl,
+        ascii_auth,
         settings,
     });
     let served = runtime::run(shared.clone(), worker_stats);

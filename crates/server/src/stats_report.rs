@@ -143,7 +143,10 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
         },
     );
     o.yes_no("auth_enabled_sasl", shared.sasl.is_some());
-    o.str("auth_enabled_ascii", "no");
+    o.str(
+        "auth_enabled_ascii",
+        shared.ascii_auth.as_ref().map_or("no", |a| a.path()),
+    );
     o.num("item_size_max", s.item_size_max_bytes);
     o.yes_no("flush_enabled", s.flush_enabled);
     o.yes_no("dump_enabled", s.dump_enabled);
