@@ -118,7 +118,7 @@ impl Store {
             }
         };
         if let Some(seg) = fresh {
-            self.segments[seg as usize].mem.ensure_allocated();
+            self.allocate_segment(seg);
             return Some((seg, 0));
         }
         let size = self.segment_size;

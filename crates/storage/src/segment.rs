@@ -27,13 +27,11 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 /// which gets fresh zero pages from `mmap` without touching them.
 const SEGMENT_ALIGN: usize = 16;
 
-/// One segment's bytes.
+/// One segment's bytes. Two words, so that the table of segments (with their counters)
+/// has a power-of-two stride: a lookup indexes it with a shift.
 pub(crate) struct SegmentMem {
     ptr: AtomicPtr<u8>,
     len: usize,
-    /// Where the bytes are once in use, when they lie in a [`LargePageRegion`]; 0 when
-    /// they come from the heap on first use.
-    home: usize,
 }
 
 impl SegmentMem {
@@ -43,19 +41,27 @@ impl SegmentMem {
         SegmentMem {
             ptr: AtomicPtr::new(ptr::null_mut()),
             len,
-            home: 0,
         }
     }
 
-    /// Segment `index` of `region`, whose segments are `len` bytes each. Its bytes are
-    /// the region's and are not touched until first written.
-    pub fn in_region(region: &LargePageRegion, index: usize, len: usize) -> SegmentMem {
-        assert!(len > 0 && (index + 1) * len <= region.len);
-        SegmentMem {
-            ptr: AtomicPtr::new(ptr::null_mut()),
-            len,
-            home: region.base + index * len,
-        }
+    /// Put this unallocated segment at segment `index` of `region` (whose segments are
+    /// this one's length), instead of allocating it: its bytes are the region's zero
+    /// pages, untouched until first written. Racing first users place it at the same
+    /// address. The segment must be forgotten ([`SegmentMem::forget`]) before it is
+    /// dropped, and the region must outlive its use.
+    pub fn place_in(&self, region: &LargePageRegion, index: usize) {
+        assert!((index + 1) * self.len <= region.len);
+        let at = (region.base + index * self.len) as *mut u8;
+        // Only the first placement stores; a later one finds the same address there.
+        let _ = self
+            .ptr
+            .compare_exchange(ptr::null_mut(), at, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Drop the segment's address without freeing it: for a segment placed in a region,
+    /// whose memory goes with the region.
+    pub fn forget(&mut self) {
+        *self.ptr.get_mut() = ptr::null_mut();
     }
 
     /// Whether the buffer has been allocated.
@@ -67,12 +73,6 @@ impl SegmentMem {
     /// any other allocation in Rust.
     pub fn ensure_allocated(&self) {
         if self.is_allocated() {
-            return;
-        }
-        if self.home != 0 {
-            // Zero pages of the region's mapping, ours alone (see `in_region`); racing
-            // first users publish the same address.
-            self.ptr.store(self.home as *mut u8, Ordering::Release);
             return;
         }
         let layout = self.layout();
@@ -369,8 +369,8 @@ impl Drop for LargePageRegion {
 impl Drop for SegmentMem {
     fn drop(&mut self) {
         let p = *self.ptr.get_mut();
-        // A segment in a region is unmapped with the region.
-        if !p.is_null() && self.home == 0 {
+        // A segment placed in a region was forgotten before this (see `place_in`).
+        if !p.is_null() {
             // SAFETY: `p` came from `alloc_zeroed` with `self.layout()`, and `&mut self`
             // means no borrow of the buffer is alive.
             unsafe { alloc::dealloc(p, self.layout()) };
@@ -396,13 +396,11 @@ mod tests {
             }
             Err(e) => panic!("large page region: {e}"),
         };
-        let segments: Vec<SegmentMem> = (0..3)
-            .map(|i| SegmentMem::in_region(&region, i, LEN))
-            .collect();
+        let mut segments: Vec<SegmentMem> = (0..3).map(|_| SegmentMem::new(LEN)).collect();
         for (i, s) in segments.iter().enumerate() {
             assert!(!s.is_allocated());
-            s.ensure_allocated();
-            s.ensure_allocated();
+            s.place_in(&region, i);
+            s.place_in(&region, i);
             let at = s.ptr.load(Ordering::Relaxed) as usize;
             assert_eq!(
                 at,
@@ -421,6 +419,7 @@ mod tests {
             // SAFETY: as above.
             assert!(unsafe { s.bytes(0, LEN) }.iter().all(|&b| b == i as u8 + 1));
         }
+        segments.iter_mut().for_each(SegmentMem::forget);
         drop(segments);
         drop(region);
     }

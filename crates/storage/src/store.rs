@@ -165,6 +165,18 @@ pub struct Store {
     large_pages: Option<LargePageRegion>,
 }
 
+impl Drop for Store {
+    fn drop(&mut self) {
+        // Segments placed in the large-page region are not the heap's to free; the
+        // region itself is unmapped after this, with the fields.
+        if self.large_pages.is_some() {
+            for s in self.segments.iter_mut() {
+                s.mem.forget();
+            }
+        }
+    }
+}
+
 /// Keeps a hot atomic off its neighbours' cache lines.
 #[repr(align(128))]
 struct Padded<T>(T);
@@ -272,12 +284,7 @@ impl StoreBuilder {
             None
         };
         let segments = (0..capacity)
-            .map(|i| match &large_pages {
-                Some(region) => {
-                    SegmentMeta::with_mem(SegmentMem::in_region(region, i, segment_size))
-                }
-                None => SegmentMeta::new(segment_size),
-            })
+            .map(|_| SegmentMeta::new(segment_size))
             .collect();
         Ok(Store {
             seed: RandomState::new().hash_one(0x5EED_u64),
@@ -375,6 +382,16 @@ impl Store {
     /// The memory limit in bytes (as built, or as `cache_memlimit` last set it).
     pub fn memory_limit(&self) -> usize {
         self.memory_limit.load(Ordering::Relaxed)
+    }
+
+    /// Give segment `seg` its memory if this is its first use: from the large-page
+    /// region with `-L`, else from the heap.
+    pub(crate) fn allocate_segment(&self, seg: u32) {
+        let mem = &self.segments[seg as usize].mem;
+        match &self.large_pages {
+            Some(region) => mem.place_in(region, seg as usize),
+            None => mem.ensure_allocated(),
+        }
     }
 
     /// Whether item memory is on large pages (see [`StoreBuilder::large_pages`]).
