@@ -309,6 +309,8 @@ pub enum ErrorReply {
     ShutdownMode,
     /// `CLIENT_ERROR usage: stats detail on|off|dump`
     StatsDetailUsage,
+    /// `BADCLASS invalid class id` (`lru_crawler metadump`)
+    BadClass,
 }
 
 impl ErrorReply {
@@ -327,6 +329,7 @@ impl ErrorReply {
             ErrorReply::ShutdownDisabled => b"ERROR: shutdown not enabled\r\n",
             ErrorReply::ShutdownMode => b"CLIENT_ERROR invalid shutdown mode\r\n",
             ErrorReply::StatsDetailUsage => b"CLIENT_ERROR usage: stats detail on|off|dump\r\n",
+            ErrorReply::BadClass => b"BADCLASS invalid class id\r\n",
         }
     }
 }
@@ -407,6 +410,9 @@ pub enum Request<'a> {
     MetaNoop,
     /// `mg ms md ma me`, parsed by [`crate::meta`].
     Meta(MetaRequest<'a>),
+    /// `lru_crawler metadump all|hash|<class>[,<class>...]`: list the live items;
+    /// `None` for a bad class list (`BADCLASS invalid class id`, unless dumps are off).
+    MetaDump(Option<DumpClasses>),
     /// `cache_memlimit <megabytes> [noreply]`
     MemLimit {
         megabytes: u32,
@@ -419,6 +425,38 @@ pub enum Request<'a> {
     },
     /// memcached closes connections that look like HTTP requests.
     Close,
+}
+
+/// Which items `lru_crawler metadump` lists: those whose memcached slab class (1 to 63)
+/// is set in the mask; `all` and `hash` set every bit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DumpClasses(pub u64);
+
+impl DumpClasses {
+    /// Every class.
+    pub const ALL: DumpClasses = DumpClasses(!1);
+
+    /// Whether class `id` is asked for.
+    #[must_use]
+    pub fn contains(self, id: u32) -> bool {
+        id < 64 && self.0 & (1 << id) != 0
+    }
+}
+
+/// memcached's class list: `all`, `hash`, or class ids joined by commas (empty items
+/// skipped, each as `safe_strtoul` reads it, 1 to 63); `None` for anything else.
+fn parse_dump_classes<'a>(arg: &[u8]) -> Request<'a> {
+    if arg == b"all" || arg == b"hash" {
+        return Request::MetaDump(Some(DumpClasses::ALL));
+    }
+    let mut mask = 0u64;
+    for id in arg.split(|&b| b == b',').filter(|id| !id.is_empty()) {
+        match safe_strtoul(id) {
+            Some(id @ 1..=63) => mask |= 1 << id,
+            _ => return Request::MetaDump(None),
+        }
+    }
+    Request::MetaDump(Some(DumpClasses(mask)))
 }
 
 fn invalid<'a>(reply: ErrorReply) -> Request<'a> {
@@ -476,6 +514,9 @@ pub fn parse_request(line: &[u8]) -> Request<'_> {
         },
         (9, b"verbosity") => parse_verbosity(&t),
         (14, b"cache_memlimit") | (8, b"memlimit") => parse_memlimit(&t),
+        (11, b"lru_crawler") if ntokens == 4 && t.get(1) == b"metadump" => {
+            parse_dump_classes(t.get(2))
+        }
         _ => {
             if t.get(t.len() - 1).starts_with(b"HTTP/") {
                 Request::Close

@@ -27,6 +27,7 @@ use crate::ahead::{Ahead, Kind};
 use crate::auth::Step as AuthStep;
 use crate::binary::BinaryStep;
 use crate::config::Binding;
+use crate::dump::Dump;
 use crate::exec::{memcached_item_fits, Exec, Flow};
 use crate::splice::{Output, Splices};
 use crate::stats::bump;
@@ -56,6 +57,9 @@ enum State {
     CloseAfterWrite,
     /// Close now; nothing more is written.
     Closed,
+    /// Listing items for `lru_crawler metadump` (`dump.rs`, [`Conn::dump`]), its line
+    /// consumed: the requests after it wait until it is done.
+    Dump,
 }
 
 /// Which protocol a connection speaks, decided by its first byte as
@@ -105,6 +109,9 @@ pub struct Conn {
     auth_reply_at: Option<usize>,
     /// A multi-get paused because its output reached the high-water mark.
     paused_get: Option<PausedGet>,
+    /// The `lru_crawler metadump` in progress, in [`State::Dump`] (boxed: rare, and
+    /// kept out of the connection's hot fields).
+    dump: Option<Box<Dump>>,
     /// Pipelined requests parsed ahead in this `process` call (see `ahead.rs`).
     ahead: Ahead,
 }
@@ -145,6 +152,7 @@ impl Conn {
             need: 0,
             auth_reply_at: None,
             paused_get: None,
+            dump: None,
             ahead: Ahead::default(),
         }
     }
@@ -162,6 +170,7 @@ impl Conn {
         self.binary = crate::binary::Session::default();
         self.need = 0;
         self.paused_get = None;
+        self.dump = None;
     }
 
     /// Free space to read socket bytes into; call [`Conn::filled`] after.
@@ -332,6 +341,11 @@ impl Conn {
             match self.state {
                 State::Closed => return Status::Close,
                 State::CloseAfterWrite => return Status::CloseAfterWrite,
+                State::Dump => {
+                    if !self.continue_dump(exec) {
+                        return Status::Open;
+                    }
+                }
                 State::Swallow { remaining } => {
                     let n = remaining.min(self.rlen - self.rpos);
                     self.rpos += n;
@@ -383,6 +397,9 @@ impl Conn {
 
     /// Execute one request if a complete one is buffered. Returns false when
     /// more input is needed (or the connection must close).
+    // Inlined into `process`, its only caller, as LLVM chose to before it grew:
+    // as a call of its own, it cost every request about 25 instructions.
+    #[inline(always)]
     fn step(&mut self, exec: &Exec<'_>) -> bool {
         if let Some(p) = self.paused_get.take() {
             let line = &self.rbuf[self.rpos..self.rpos + p.end];
@@ -569,6 +586,10 @@ impl Conn {
                 self.state = State::Closed;
                 false
             }
+            Flow::Dump => {
+                self.begin_dump(self.rpos - used, end);
+                true
+            }
         }
     }
 
@@ -644,6 +665,39 @@ impl Conn {
             if self.rbuf.len() < total {
                 self.rbuf.resize(total, 0);
             }
+        }
+    }
+
+    /// List items until the output reaches its high-water mark or the dump is done.
+    /// False (stalled) when the output is already at the mark.
+    #[cold]
+    #[inline(never)]
+    fn continue_dump(&mut self, exec: &Exec<'_>) -> bool {
+        if self.output_blocked() {
+            self.stalled = true;
+            return false;
+        }
+        let pause_at = self.wpos + OUTPUT_HIGH_WATER_BYTES;
+        let more = self
+            .dump
+            .as_mut()
+            .is_some_and(|d| d.run(exec, &mut self.wbuf, pause_at));
+        if !more {
+            self.dump = None;
+            self.state = State::ReadLine;
+        }
+        self.flush_mark = self.wbuf.len();
+        true
+    }
+
+    /// Start the admitted `lru_crawler metadump` whose line is `rbuf[at..at + end]`;
+    /// `process` runs it in [`State::Dump`].
+    #[cold]
+    #[inline(never)]
+    fn begin_dump(&mut self, at: usize, end: usize) {
+        if let Request::MetaDump(Some(classes)) = parse_request(&self.rbuf[at..at + end]) {
+            self.dump = Some(Box::new(Dump::new(classes)));
+            self.state = State::Dump;
         }
     }
 

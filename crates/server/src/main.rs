@@ -22,6 +22,7 @@ mod binary;
 mod clock;
 mod config;
 mod conn;
+mod dump;
 mod exec;
 mod meta;
 mod net;

@@ -32,7 +32,7 @@ use crate::item::{
 };
 use crate::pool::{writer_id, Reservation};
 use crate::store::{Liveness, Store};
-use crate::RelTime;
+use crate::{DumpCursor, DumpItem, RelTime};
 
 /// Sealed segments, oldest first, that [`Store::take_dead_segment`] looks at: a bound on
 /// the scan made once per segment filled, whatever the memory size.
@@ -374,6 +374,62 @@ impl Store {
             off += len;
         }
         dest as u32
+    }
+
+    /// `lru_crawler metadump`: call `f` for each live item from `cursor` on, walking each
+    /// shard's index in chunks of at most [`SWEEP_CHUNK_BUCKETS`] positions under its
+    /// lock, until about `max_positions` positions have been looked at. False once every
+    /// shard has been walked (the cursor is then spent).
+    ///
+    /// Like memcached's crawler it is no snapshot: an item stored or moved by a table's
+    /// growth during a dump may be shown twice or not at all; an item alive throughout
+    /// and not moved is shown once.
+    pub fn dump(
+        &self,
+        cursor: &mut DumpCursor,
+        now: RelTime,
+        max_positions: usize,
+        mut f: impl FnMut(DumpItem<'_>),
+    ) -> bool {
+        let mut budget = max_positions.max(1);
+        while budget > 0 {
+            if cursor.shard >= self.shards.len() {
+                return false;
+            }
+            let shard = self.shard_at(cursor.shard).lock();
+            let positions = shard.table.positions();
+            let start = cursor.position.min(positions);
+            let end = (start + SWEEP_CHUNK_BUCKETS.min(budget)).min(positions);
+            for i in start..end {
+                let Some(e) = shard.table.get(i) else {
+                    continue;
+                };
+                let hdr = self.header(e);
+                if self.liveness(&hdr, now) != Liveness::Live {
+                    continue;
+                }
+                // SAFETY: we hold the lock of the shard indexing `e` (rule 2).
+                let bytes = unsafe { self.item_bytes(e) };
+                let ko = hdr.prefix.key_offset();
+                f(DumpItem {
+                    key: &bytes[ko..ko + hdr.prefix.klen],
+                    value_len: hdr.prefix.vlen,
+                    flags: hdr.flags,
+                    exptime: hdr.exptime,
+                    time: hdr.time,
+                    cas: hdr.cas,
+                    fetched: hdr.mark & MARK_FETCHED != 0,
+                });
+            }
+            budget = budget.saturating_sub(end - start + 1);
+            if end >= positions {
+                cursor.shard += 1;
+                cursor.position = 0;
+            } else {
+                cursor.position = end;
+            }
+        }
+        cursor.shard < self.shards.len()
     }
 
     /// Background step for the server's maintenance thread (about once a second): walk a

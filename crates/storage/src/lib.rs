@@ -70,6 +70,28 @@ pub struct ItemRef<'a> {
     pub origin: Origin,
 }
 
+/// Where an item dump ([`Store::dump`]) resumes; `DumpCursor::default()` starts one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DumpCursor {
+    pub(crate) shard: usize,
+    pub(crate) position: usize,
+}
+
+/// One live item as [`Store::dump`] shows it, valid only inside the callback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DumpItem<'a> {
+    pub key: &'a [u8],
+    pub value_len: usize,
+    pub flags: u32,
+    /// When it expires (server-relative seconds; 0: never).
+    pub exptime: RelTime,
+    /// When it was last stored (server-relative seconds).
+    pub time: RelTime,
+    pub cas: u64,
+    /// Whether it was read since it was stored (memcached's `ITEM_FETCHED`).
+    pub fetched: bool,
+}
+
 /// The result of a lookup. `Expired` and `Flushed` are misses too; they are told apart
 /// so that the server can count `get_expired` and `get_flushed`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

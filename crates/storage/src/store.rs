@@ -2110,6 +2110,56 @@ mod tests {
         assert!((18..=21).contains(&used), "{used} segments in use");
     }
 
+    /// A dump shows every live item once, whatever the budget per call, and skips expired
+    /// and deleted ones.
+    #[test]
+    fn dump_shows_every_live_item_once() {
+        let s = Store::builder().memory_limit(16 << 20).build().unwrap();
+        let n = if cfg!(miri) { 50 } else { 5_000u32 };
+        for k in 0..n {
+            let exptime = if k % 10 == 3 { NOW + 1 } else { 0 };
+            let v = format!("v{k}");
+            s.store(
+                StoreMode::Set,
+                format!("k{k}").as_bytes(),
+                k,
+                exptime,
+                v.as_bytes(),
+                NOW,
+            );
+        }
+        for k in (0..n).filter(|k| k % 10 == 7) {
+            s.delete(format!("k{k}").as_bytes(), NOW);
+        }
+        let later = NOW + 2;
+        for budget in [1, 37, 100_000] {
+            let mut cursor = crate::DumpCursor::default();
+            let mut seen = std::collections::HashMap::new();
+            let mut calls = 0;
+            loop {
+                calls += 1;
+                let more = s.dump(&mut cursor, later, budget, |it| {
+                    let k: u32 = std::str::from_utf8(&it.key[1..]).unwrap().parse().unwrap();
+                    assert_eq!(it.flags, k);
+                    assert_eq!(it.value_len, format!("v{k}").len());
+                    assert_eq!(it.exptime, 0);
+                    assert!(!it.fetched);
+                    *seen.entry(k).or_insert(0) += 1;
+                });
+                if !more {
+                    break;
+                }
+            }
+            let live: Vec<u32> = (0..n).filter(|k| k % 10 != 3 && k % 10 != 7).collect();
+            assert_eq!(seen.len(), live.len(), "budget {budget}");
+            assert!(
+                live.iter().all(|k| seen.get(k) == Some(&1)),
+                "budget {budget}"
+            );
+            assert!(budget > 1000 || calls > 1);
+        }
+    }
+
     #[test]
     fn builder_validates() {
         assert_eq!(
