@@ -57,9 +57,6 @@ enum State {
     CloseAfterWrite,
     /// Close now; nothing more is written.
     Closed,
-    /// Listing items for `lru_crawler metadump` (`dump.rs`, [`Conn::dump`]), its line
-    /// consumed: the requests after it wait until it is done.
-    Dump,
 }
 
 /// Which protocol a connection speaks, decided by its first byte as
@@ -109,8 +106,9 @@ pub struct Conn {
     auth_reply_at: Option<usize>,
     /// A multi-get paused because its output reached the high-water mark.
     paused_get: Option<PausedGet>,
-    /// The `lru_crawler metadump` in progress, in [`State::Dump`] (boxed: rare, and
-    /// kept out of the connection's hot fields).
+    /// The `lru_crawler metadump` in progress (boxed: rare). While it runs,
+    /// `paused_get` holds [`PausedGet::DUMP`], so that the requests after it wait and
+    /// `step` resumes it where it resumes a paused multi-get, at no cost to others.
     dump: Option<Box<Dump>>,
     /// Pipelined requests parsed ahead in this `process` call (see `ahead.rs`).
     ahead: Ahead,
@@ -126,6 +124,17 @@ struct PausedGet {
     next: usize,
     /// Offset in the line of the next key.
     key_pos: usize,
+}
+
+impl PausedGet {
+    /// Not a multi-get: the connection's `lru_crawler metadump` is running.
+    const DUMP: PausedGet = PausedGet {
+        command: GetCommand::Get,
+        exptime: 0,
+        end: usize::MAX,
+        next: 0,
+        key_pos: 0,
+    };
 }
 
 impl Default for Conn {
@@ -341,11 +350,6 @@ impl Conn {
             match self.state {
                 State::Closed => return Status::Close,
                 State::CloseAfterWrite => return Status::CloseAfterWrite,
-                State::Dump => {
-                    if !self.continue_dump(exec) {
-                        return Status::Open;
-                    }
-                }
                 State::Swallow { remaining } => {
                     let n = remaining.min(self.rlen - self.rpos);
                     self.rpos += n;
@@ -402,6 +406,10 @@ impl Conn {
     #[inline(always)]
     fn step(&mut self, exec: &Exec<'_>) -> bool {
         if let Some(p) = self.paused_get.take() {
+            if p.end == PausedGet::DUMP.end {
+                self.continue_dump(exec);
+                return true;
+            }
             let line = &self.rbuf[self.rpos..self.rpos + p.end];
             let keys = Keys::resume(line, p.key_pos);
             let pause_at = self.wpos + OUTPUT_HIGH_WATER_BYTES;
@@ -668,36 +676,32 @@ impl Conn {
         }
     }
 
-    /// List items until the output reaches its high-water mark or the dump is done.
-    /// False (stalled) when the output is already at the mark.
+    /// List items until the output reaches its high-water mark (`process` then waits
+    /// for it to drain) or the dump is done.
     #[cold]
     #[inline(never)]
-    fn continue_dump(&mut self, exec: &Exec<'_>) -> bool {
-        if self.output_blocked() {
-            self.stalled = true;
-            return false;
-        }
+    fn continue_dump(&mut self, exec: &Exec<'_>) {
         let pause_at = self.wpos + OUTPUT_HIGH_WATER_BYTES;
         let more = self
             .dump
             .as_mut()
             .is_some_and(|d| d.run(exec, &mut self.wbuf, pause_at));
-        if !more {
+        if more {
+            self.paused_get = Some(PausedGet::DUMP);
+        } else {
             self.dump = None;
-            self.state = State::ReadLine;
         }
         self.flush_mark = self.wbuf.len();
-        true
     }
 
     /// Start the admitted `lru_crawler metadump` whose line is `rbuf[at..at + end]`;
-    /// `process` runs it in [`State::Dump`].
+    /// `step` runs it (see [`Conn::dump`]).
     #[cold]
     #[inline(never)]
     fn begin_dump(&mut self, at: usize, end: usize) {
         if let Request::MetaDump(Some(classes)) = parse_request(&self.rbuf[at..at + end]) {
             self.dump = Some(Box::new(Dump::new(classes)));
-            self.state = State::Dump;
+            self.paused_get = Some(PausedGet::DUMP);
         }
     }
 
