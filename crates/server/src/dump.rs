@@ -48,8 +48,7 @@ impl Dump {
 
     /// Append item lines to `out` until it reaches `pause_at` bytes (true: call again
     /// once it has drained) or every item has been listed (false; `END` is written).
-    /// Kept out of line: inlined into `Conn::step`, it cost every request there about
-    /// 30 instructions of register spills.
+    /// Out of line: rare, and kept out of the request path it is called from.
     #[cold]
     #[inline(never)]
     pub fn run(&mut self, exec: &Exec<'_>, out: &mut Vec<u8>, pause_at: usize) -> bool {

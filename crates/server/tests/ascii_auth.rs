@@ -5,10 +5,9 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{escape, Client, Ending, ServerKind, ServerProcess, READ_TIMEOUT};
+use common::{escape, run_to_exit, Client, Ending, ServerKind, ServerProcess, READ_TIMEOUT};
 
 /// A valid attempt, and what it or a plain `set` of the same bytes answers.
 const AUTH_OK: &[u8] = b"set x 0 0 7\r\nbob pw2\r\n";
@@ -157,27 +156,12 @@ fn exchanges_match_memcached() {
 
 /// What `kind` prints and whether it starts, with `args` (it is expected to refuse).
 fn refusal(kind: ServerKind, args: &[&str]) -> (bool, String) {
-    let mut command = Command::new(kind.program());
-    command.args(args).args(["-p", "0", "-l", "127.0.0.1"]);
-    if std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-    }) {
-        command.args(["-u", "root"]);
-    }
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while child.try_wait().expect("try_wait").is_none() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // Not reaped yet, so the PID is still this child's.
-    let _ = child.kill();
-    let out = child.wait_with_output().expect("wait");
+    let args: Vec<String> = args
+        .iter()
+        .chain(&["-p", "0", "-l", "127.0.0.1"])
+        .map(|a| a.to_string())
+        .collect();
+    let out = run_to_exit(kind, &args);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stderr).into_owned(),

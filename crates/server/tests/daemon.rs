@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Client, ServerKind, ServerProcess};
+use common::{running_as_root, Client, ServerKind, ServerProcess};
 
 const DEADLINE: Duration = Duration::from_secs(10);
 
@@ -55,17 +55,6 @@ fn stat_field(pid: i32, n: usize) -> String {
         .nth(n - 3)
         .expect("stat field")
         .to_string()
-}
-
-fn running_as_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|euid| euid == "0"))
-        })
-        .unwrap_or(false)
 }
 
 #[test]

@@ -6,33 +6,9 @@
 mod common;
 
 use std::net::UdpSocket;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
 
-use common::{ServerKind, ServerProcess};
-
-/// Runs `kind` with `args` to completion (it is expected to fail at once); killed by
-/// PID after 10 s if it does not.
-fn run_to_exit(kind: ServerKind, args: &[String]) -> Output {
-    let mut args = args.to_vec();
-    if kind == ServerKind::Memcached {
-        args.extend(["-u".to_string(), "root".to_string()]);
-    }
-    let mut child = Command::new(kind.program())
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().expect("try_wait").is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // Not reaped yet, so the PID is still this child's.
-    let _ = child.kill();
-    child.wait_with_output().expect("wait")
-}
+use common::{run_to_exit, ServerKind, ServerProcess};
 
 fn assert_refused(out: &Output, what: &str, needle: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);

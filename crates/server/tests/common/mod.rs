@@ -92,7 +92,7 @@ fn memcached_path() -> PathBuf {
 }
 
 /// True when this process runs as root: memcached then needs `-u root`.
-fn running_as_root() -> bool {
+pub fn running_as_root() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
@@ -106,6 +106,29 @@ fn running_as_root() -> bool {
 fn probably_free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     listener.local_addr().expect("local_addr").port()
+}
+
+/// Runs `kind` with `args` (plus `-u root` when running as root) to completion, for
+/// a server expected to refuse to start; killed by PID after 10 s if it does not.
+pub fn run_to_exit(kind: ServerKind, args: &[String]) -> std::process::Output {
+    let mut args = args.to_vec();
+    if running_as_root() && !args.iter().any(|a| a == "-u") {
+        args.extend(["-u".to_string(), "root".to_string()]);
+    }
+    let mut child = Command::new(kind.program())
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().expect("try_wait").is_none() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
+    // Not reaped yet, so the PID is still this child's.
+    let _ = child.kill();
+    child.wait_with_output().expect("wait")
 }
 
 /// A running server. Dropping it kills the process by PID and reaps it.
