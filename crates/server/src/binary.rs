@@ -300,7 +300,7 @@ impl Request<'_, '_, '_, '_> {
             key_len,
             body_len as u32,
             self.header.opaque,
-            cas,
+            self.exec.shared.settings.shown_cas(cas),
         );
     }
 
@@ -381,7 +381,7 @@ impl Request<'_, '_, '_, '_> {
                 key_len as u16,
                 (4 + key_len + value_len) as u32,
                 opaque,
-                item.cas,
+                exec.shared.settings.shown_cas(item.cas),
             );
             out.extend_from_slice(&item.flags.to_be_bytes());
             if return_key {
@@ -452,7 +452,7 @@ impl Request<'_, '_, '_, '_> {
         } else {
             (self.extra_u32(0), self.extra_u32(4))
         };
-        let item_size_max = self.exec.shared.settings.item_size_max_bytes;
+        let item_size_max = self.exec.shared.settings.memcached_item_limit();
         let key_len = usize::from(self.header.key_len);
         if !memcached_item_fits(item_size_max, key_len, flags, value_len) {
             if op == opcode::SET {
@@ -473,7 +473,13 @@ impl Request<'_, '_, '_, '_> {
         let store = &self.exec.shared.store;
         let now = self.now();
         bump(&stats.cmd_set, 1);
-        let cas_in = self.header.cas;
+        // Under -C memcached's stores never see the request's cas (its items have no
+        // cas to set it in), so they are plain stores.
+        let cas_in = if self.exec.shared.settings.cas_enabled {
+            self.header.cas
+        } else {
+            0
+        };
         let mode = match op {
             _ if cas_in != 0 && !concat => StoreMode::Cas(cas_in),
             opcode::SET => StoreMode::Set,
@@ -541,7 +547,7 @@ impl Request<'_, '_, '_, '_> {
         let store = &self.exec.shared.store;
         let stats = self.exec.stats;
         let now = self.now();
-        let cas_in = self.header.cas;
+        let cas_in = self.exec.shared.settings.cas_check(self.header.cas);
         if cas_in != 0 {
             let live_cas = store.get(key, now, |item| item.cas).hit();
             if live_cas.is_some_and(|c| c != cas_in) {
@@ -570,7 +576,7 @@ impl Request<'_, '_, '_, '_> {
         let store = &self.exec.shared.store;
         let stats = self.exec.stats;
         let now = self.now();
-        let cas_in = self.header.cas;
+        let cas_in = self.exec.shared.settings.cas_check(self.header.cas);
         if cas_in != 0 {
             // memcached checks an empty value first, then the CAS.
             match store
@@ -646,7 +652,7 @@ impl Request<'_, '_, '_, '_> {
         self.exec
             .shared
             .store
-            .flush_all(new_oldest.wrapping_sub(1), now);
+            .flush_all(self.exec.shared.settings.flush_oldest_live(new_oldest), now);
         bump(&self.exec.stats.cmd_flush, 1);
         self.success(0, 0, b"", quiet);
     }
@@ -723,7 +729,7 @@ impl Request<'_, '_, '_, '_> {
             return self.error_swallow(Status::InvalidArguments, value_len);
         }
         if !memcached_item_fits(
-            self.exec.shared.settings.item_size_max_bytes,
+            self.exec.shared.settings.memcached_item_limit(),
             key_len,
             0,
             value_len,

@@ -305,7 +305,74 @@ pub struct Settings {
     pub extended: Vec<(String, String)>,
 }
 
+/// A cas no item has: the store's counter starts at 1 and counts up by one per write.
+const CAS_NEVER: u64 = u64::MAX;
+
 impl Settings {
+    /// The cas unique a reply shows for an item whose cas is `cas`. memcached started
+    /// with `-C` keeps no cas in its items and shows 0 for every one. ferrocache keeps
+    /// the cas anyway (its `flush_all` and its read-modify-write retries use it), so
+    /// `-C` only changes what replies show and what requests compare (docs/protocol.md).
+    #[inline(always)]
+    #[must_use]
+    pub fn shown_cas(&self, cas: u64) -> u64 {
+        if self.cas_enabled {
+            cas
+        } else {
+            0
+        }
+    }
+
+    /// The cas a check of a request's `want` against an item's cas must require, for
+    /// checks where 0 means "no check" (meta `ma C`, binary delete and arithmetic):
+    /// under `-C` the item's cas is 0, so any other value mismatches.
+    #[inline]
+    #[must_use]
+    pub fn cas_check(&self, want: u64) -> u64 {
+        if self.cas_enabled || want == 0 {
+            want
+        } else {
+            CAS_NEVER
+        }
+    }
+
+    /// The limit to hand [`crate::exec::memcached_item_fits`]: `-I`, plus the 8-byte
+    /// cas that memcached's items lack under `-C`, which leaves that much more room
+    /// for the value.
+    #[inline]
+    #[must_use]
+    pub fn memcached_item_limit(&self) -> usize {
+        self.item_size_max_bytes + if self.cas_enabled { 0 } else { 8 }
+    }
+
+    /// The last second whose items a `flush_all` that takes effect at `new_oldest`
+    /// flushes. memcached flushes up to the second before and tells the items stored
+    /// later in that same second apart by their cas; under `-C` it has no cas to do so
+    /// with, so it flushes up to `new_oldest` itself: an item stored in the same second
+    /// as an immediate `flush_all` is flushed too (docs/protocol.md).
+    #[inline]
+    #[must_use]
+    pub fn flush_oldest_live(&self, new_oldest: storage::RelTime) -> storage::RelTime {
+        if self.cas_enabled {
+            new_oldest.wrapping_sub(1)
+        } else {
+            new_oldest
+        }
+    }
+
+    /// The compare-and-swap of a text `cas` command or a meta `ms ... C<want>`: under
+    /// `-C` memcached 1.6.18 answers `EXISTS` for every item there is, whatever `want`
+    /// (0 included), and `NOT_FOUND` otherwise.
+    #[inline]
+    #[must_use]
+    pub fn swap_cas(&self, want: u64) -> u64 {
+        if self.cas_enabled {
+            want
+        } else {
+            CAS_NEVER
+        }
+    }
+
     /// The `--zero-copy-min` in effect for a worker on `backend`: get values at
     /// least this long are sent in place (`splice.rs`); `None` when 0 turned it off.
     pub fn zero_copy_min_for(&self, backend: IoBackend) -> Option<usize> {

@@ -483,7 +483,7 @@ impl Conn {
         {
             if let Some(key) = keys.single_key() {
                 let hashed = if batch && next < input.len() {
-                    let item_size_max = exec.shared.settings.item_size_max_bytes;
+                    let item_size_max = exec.shared.settings.memcached_item_limit();
                     self.ahead
                         .fill(exec.store(), input, self.rpos, key, next, item_size_max)
                 } else {
@@ -517,7 +517,7 @@ impl Conn {
             noreply,
         } = request
         {
-            let item_size_max = exec.shared.settings.item_size_max_bytes;
+            let item_size_max = exec.shared.settings.memcached_item_limit();
             if !memcached_item_fits(item_size_max, key.len(), flags, len) {
                 exec.reject_too_large(command, key, noreply, &mut self.wbuf);
                 self.rpos += next;

@@ -25,7 +25,9 @@ use crate::exec::Exec;
 /// Index positions looked at per call into the store, between output checks.
 const POSITIONS_PER_CALL: usize = 4096;
 /// memcached's item header, CAS included.
-const ITEM_HEADER_BYTES: usize = 48 + 8;
+const ITEM_HEADER_BYTES: usize = 48 + CAS_BYTES;
+/// The CAS in memcached's item header, left out under `-C`.
+const CAS_BYTES: usize = 8;
 /// memcached's `-n` default plus its item header: the smallest class's chunk.
 const SMALLEST_CHUNK: u32 = 96;
 /// memcached's default `slab_chunk_max` (half a 1 MiB slab page).
@@ -56,11 +58,13 @@ impl Dump {
         let now = clock.now();
         let started = clock.process_started();
         let classes = self.classes;
+        let settings = &exec.shared.settings;
         loop {
             let more = exec
                 .store()
-                .dump(&mut self.cursor, now, POSITIONS_PER_CALL, |item| {
-                    let size = memcached_size(&item);
+                .dump(&mut self.cursor, now, POSITIONS_PER_CALL, |mut item| {
+                    item.cas = settings.shown_cas(item.cas);
+                    let size = memcached_size(&item, settings.cas_enabled);
                     let class = class_of(size);
                     if classes.contains(class) {
                         write_line(out, &item, started, class, size);
@@ -78,9 +82,11 @@ impl Dump {
 }
 
 /// memcached's `ITEM_ntotal` for the item.
-fn memcached_size(item: &DumpItem<'_>) -> usize {
+fn memcached_size(item: &DumpItem<'_>, cas_enabled: bool) -> usize {
     let flags = if item.flags != 0 { 4 } else { 0 };
-    ITEM_HEADER_BYTES + item.key.len() + 1 + item.value_len + 2 + flags
+    // memcached's items under -C have no 8-byte cas.
+    let cas = if cas_enabled { 0 } else { CAS_BYTES };
+    ITEM_HEADER_BYTES + item.key.len() + 1 + item.value_len + 2 + flags - cas
 }
 
 /// The slab class memcached (default `-n` and `-f`) would keep an item of `size` bytes
@@ -166,8 +172,9 @@ mod tests {
             cas: 1,
             fetched: false,
         };
-        assert_eq!(memcached_size(&item(b"a", 1, 0)), 61);
-        assert_eq!(memcached_size(&item(b"b", 2, 5)), 66);
+        assert_eq!(memcached_size(&item(b"a", 1, 0), true), 61);
+        assert_eq!(memcached_size(&item(b"b", 2, 5), true), 66);
+        assert_eq!(memcached_size(&item(b"a", 1, 0), false), 53);
         let mut line = Vec::new();
         write_line(&mut line, &item(b"a%b", 1, 0), 1000, 1, 63);
         assert_eq!(

@@ -190,7 +190,8 @@ impl Exec<'_> {
                 } else {
                     now
                 };
-                self.store().flush_all(new_oldest.wrapping_sub(1), now);
+                self.store()
+                    .flush_all(self.shared.settings.flush_oldest_live(new_oldest), now);
                 reply(out, noreply, b"OK\r\n");
             }
             Request::Verbosity { level, noreply } => {
@@ -528,7 +529,7 @@ impl Exec<'_> {
             StoreCommand::Replace => StoreMode::Replace,
             StoreCommand::Append => StoreMode::Append,
             StoreCommand::Prepend => StoreMode::Prepend,
-            StoreCommand::Cas => StoreMode::Cas(cas),
+            StoreCommand::Cas => StoreMode::Cas(self.shared.settings.swap_cas(cas)),
         };
         let exptime = self.shared.clock.realtime(exptime);
         let outcome = if self.shared.settings.null_store.is_some() {
@@ -756,7 +757,9 @@ impl Visit for ComposeValue<'_> {
     #[inline(always)]
     fn visit(self, item: ItemRef<'_>) {
         if !self.discard {
-            let cas = self.with_cas.then_some(item.cas);
+            let cas = self
+                .with_cas
+                .then(|| self.exec.shared.settings.shown_cas(item.cas));
             if item.value.len() >= self.splice_min
                 && splice_value(
                     self.exec,

@@ -71,6 +71,7 @@ fn real_main() -> Result<()> {
     let builder = storage::Store::builder()
         .memory_limit(settings.memory_limit_bytes)
         .item_size_max(settings.item_size_max_bytes)
+        .memcached_cas(settings.cas_enabled)
         .evictions(settings.evictions);
     let store = match builder.clone().large_pages(settings.large_pages).build() {
         // memcached exits when it finds no huge page support; a cache on normal pages

@@ -98,7 +98,7 @@ pub fn admit_data(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) -> 
     let mut kbuf = [0u8; MAX_BINARY_KEY_LEN];
     let key = req.decoded_key(&mut kbuf);
     let len = req.data_len().unwrap_or(0);
-    let item_size_max = exec.shared.settings.item_size_max_bytes;
+    let item_size_max = exec.shared.settings.memcached_item_limit();
     if !memcached_item_fits(item_size_max, key.len(), req.options.client_flags, len) {
         bump(&exec.stats.store_too_large, 1);
         // memcached drops the old value whatever the mode, so no stale value outlives a
@@ -202,7 +202,7 @@ fn meta_get(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
                             push_num(out, it.exptime().wrapping_sub(now));
                         }
                     }
-                    b'c' => push_flag_num(out, b'c', it.cas()),
+                    b'c' => push_flag_num(out, b'c', exec.shared.settings.shown_cas(it.cas())),
                     b'f' => push_flag_num(out, b'f', it.flags()),
                     b'l' => push_flag_num(out, b'l', now.wrapping_sub(it.time())),
                     b'h' => push_flag_num(out, b'h', u8::from(it.fetched())),
@@ -299,7 +299,7 @@ fn meta_set(exec: &Exec<'_>, req: &MetaRequest<'_>, data: &[u8], out: &mut Vec<u
         SetMode::Append => StoreMode::Append,
         SetMode::Prepend => StoreMode::Prepend,
         SetMode::Replace => StoreMode::Replace,
-        SetMode::Cas => StoreMode::Cas(cas_in),
+        SetMode::Cas => StoreMode::Cas(exec.shared.settings.swap_cas(cas_in)),
     };
     let is_cas = req.set_mode == SetMode::Cas;
     let (outcome, cas) = exec.shared.store.meta_store(
@@ -309,7 +309,12 @@ fn meta_set(exec: &Exec<'_>, req: &MetaRequest<'_>, data: &[u8], out: &mut Vec<u
             flags: o.client_flags,
             exptime: o.ttl.map_or(0, |t| realtime(clock, t, now)),
             value: &data[..len],
-            append_cas: cas_in,
+            // Under -C an append's cas is not checked, as in memcached.
+            append_cas: if exec.shared.settings.cas_enabled {
+                cas_in
+            } else {
+                0
+            },
             invalidate: o.invalidate && is_cas,
             key_binary: o.base64,
         },
@@ -357,7 +362,7 @@ fn meta_set(exec: &Exec<'_>, req: &MetaRequest<'_>, data: &[u8], out: &mut Vec<u
                 out.extend_from_slice(t);
             }
             b'k' => push_key(out, key, o.base64),
-            b'c' => push_flag_num(out, b'c', cas),
+            b'c' => push_flag_num(out, b'c', exec.shared.settings.shown_cas(cas)),
             _ => {}
         }
     }
@@ -383,7 +388,9 @@ fn meta_delete(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let key = req.decoded_key(&mut kbuf);
     let ttl = o.ttl.map(|t| realtime(clock, t, now));
     let (first, done) = exec.shared.store.meta_get(key, false, now, |it, _| {
-        if o.cas.is_some_and(|c| c != it.cas()) {
+        if o.cas
+            .is_some_and(|c| c != exec.shared.settings.shown_cas(it.cas()))
+        {
             return Deleted::CasMismatch;
         }
         if o.invalidate {
@@ -445,7 +452,7 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
         key,
         o.delta,
         req.incr,
-        o.cas.unwrap_or(0),
+        exec.shared.settings.cas_check(o.cas.unwrap_or(0)),
         applied_ttl,
         now,
     );
@@ -542,7 +549,7 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     }
     for t in req.flags() {
         match t[0] {
-            b'c' => push_flag_num(out, b'c', cas),
+            b'c' => push_flag_num(out, b'c', exec.shared.settings.shown_cas(cas)),
             b't' => {
                 out.extend_from_slice(b" t");
                 if exptime == 0 {
@@ -598,13 +605,19 @@ fn meta_debug(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(b" la=");
         push_num(out, now.wrapping_sub(it.time()));
         out.extend_from_slice(b" cas=");
-        push_num(out, it.cas());
+        push_num(out, exec.shared.settings.shown_cas(it.cas()));
         out.extend_from_slice(if it.fetched() {
             b" fetch=yes cls="
         } else {
             b" fetch=no cls="
         });
-        let size = it.memcached_size();
+        // memcached's items under -C have no 8-byte cas.
+        let size = it.memcached_size()
+            - if exec.shared.settings.cas_enabled {
+                0
+            } else {
+                8
+            };
         push_num(out, memcached_slab_class(size, it.key().len(), it.flags()));
         out.extend_from_slice(b" size=");
         push_num(out, size);

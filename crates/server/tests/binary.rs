@@ -150,15 +150,13 @@ struct Side {
 }
 
 impl Side {
-    fn start(kind: ServerKind) -> Side {
-        Side::start_with(kind, &[])
-    }
-
-    /// `extra` goes to ferrocache only.
+    /// `extra` goes to ferrocache, and those of its flags that are memcached's
+    /// (`common::FLAGS_FOR_BOTH`) to memcached too.
     fn start_with(kind: ServerKind, extra: &[&str]) -> Side {
         let mut args = SERVER_ARGS.to_vec();
         if kind == ServerKind::Memcached {
             args.extend_from_slice(MEMCACHED_DETERMINISM_ARGS);
+            args.extend(common::flags_for_both(extra));
         } else {
             args.extend_from_slice(extra);
         }
@@ -345,7 +343,7 @@ impl Pair {
     /// With `extra` arguments for ferrocache.
     fn start_with(extra: &[&str]) -> Pair {
         Pair {
-            mc: Side::start(ServerKind::Memcached),
+            mc: Side::start_with(ServerKind::Memcached, extra),
             fc: Side::start_with(ServerKind::under_test(), extra),
         }
     }
@@ -559,46 +557,54 @@ fn every_opcode_matches_memcached() {
 
 #[test]
 fn cas_matches_memcached() {
-    let mut p = Pair::start();
-    p.assert_same(
-        "cas",
-        &[
-            vec![set(op::SET, b"k", b"v1", 0, 0)],
-            vec![
-                set(op::SET, b"k", b"v2", 0, 0).cas(Cas::Seen(usize::MAX)),
-                set(op::SET, b"k", b"v3", 0, 0).cas(Cas::Seen(0)),
-                set(op::SETQ, b"k", b"v3", 0, 0).cas(Cas::Seen(0)),
-                set(op::ADD, b"k", b"v3", 0, 0).cas(Cas::Seen(0)),
-                set(op::REPLACE, b"k", b"v3", 0, 0).cas(Cas::Seen(usize::MAX)),
-                set(op::SET, b"nokey", b"v", 0, 0).cas(Cas::Lit(12345)),
-                set(op::ADD, b"nokey", b"v", 0, 0).cas(Cas::Lit(12345)),
-                get(op::GETK, b"k"),
+    // And under -C, where memcached shows cas 0, stores ignore the request's cas, and
+    // delete and arithmetic compare it with 0.
+    for extra in [&[][..], &["-C"][..]] {
+        let mut p = Pair::start_with(extra);
+        p.assert_same(
+            if extra.is_empty() {
+                "cas"
+            } else {
+                "cas under -C"
+            },
+            &[
+                vec![set(op::SET, b"k", b"v1", 0, 0)],
+                vec![
+                    set(op::SET, b"k", b"v2", 0, 0).cas(Cas::Seen(usize::MAX)),
+                    set(op::SET, b"k", b"v3", 0, 0).cas(Cas::Seen(0)),
+                    set(op::SETQ, b"k", b"v3", 0, 0).cas(Cas::Seen(0)),
+                    set(op::ADD, b"k", b"v3", 0, 0).cas(Cas::Seen(0)),
+                    set(op::REPLACE, b"k", b"v3", 0, 0).cas(Cas::Seen(usize::MAX)),
+                    set(op::SET, b"nokey", b"v", 0, 0).cas(Cas::Lit(12345)),
+                    set(op::ADD, b"nokey", b"v", 0, 0).cas(Cas::Lit(12345)),
+                    get(op::GETK, b"k"),
+                ],
+                vec![
+                    req(op::APPEND, b"", b"k", b"+").cas(Cas::Seen(0)),
+                    req(op::APPEND, b"", b"k", b"+").cas(Cas::Seen(usize::MAX)),
+                    req(op::PREPENDQ, b"", b"k", b"-").cas(Cas::Lit(999_999)),
+                    req(op::APPEND, b"", b"nokey", b"+").cas(Cas::Lit(5)),
+                    get(op::GET, b"k"),
+                ],
+                vec![
+                    set(op::SET, b"num", b"5", 0, 0),
+                    arith(op::INCREMENT, b"num", 1, 0, 0).cas(Cas::Seen(0)),
+                    arith(op::INCREMENT, b"num", 1, 0, 0).cas(Cas::Lit(999_999)),
+                    set(op::SET, b"empty", b"", 0, 0),
+                    arith(op::INCREMENT, b"empty", 1, 0, 0).cas(Cas::Lit(999_999)),
+                    set(op::SET, b"alpha", b"x", 0, 0),
+                    arith(op::INCREMENT, b"alpha", 1, 0, 0).cas(Cas::Lit(999_999)),
+                ],
+                vec![
+                    arith(op::INCREMENT, b"num", 1, 0, 0).cas(Cas::Seen(usize::MAX)),
+                    req(op::DELETE, b"", b"num", b"").cas(Cas::Lit(999_999)),
+                    req(op::DELETEQ, b"", b"num", b"").cas(Cas::Seen(usize::MAX)),
+                    req(op::DELETE, b"", b"num", b"").cas(Cas::Lit(999_999)),
+                    get(op::GET, b"num"),
+                ],
             ],
-            vec![
-                req(op::APPEND, b"", b"k", b"+").cas(Cas::Seen(0)),
-                req(op::APPEND, b"", b"k", b"+").cas(Cas::Seen(usize::MAX)),
-                req(op::PREPENDQ, b"", b"k", b"-").cas(Cas::Lit(999_999)),
-                req(op::APPEND, b"", b"nokey", b"+").cas(Cas::Lit(5)),
-                get(op::GET, b"k"),
-            ],
-            vec![
-                set(op::SET, b"num", b"5", 0, 0),
-                arith(op::INCREMENT, b"num", 1, 0, 0).cas(Cas::Seen(0)),
-                arith(op::INCREMENT, b"num", 1, 0, 0).cas(Cas::Lit(999_999)),
-                set(op::SET, b"empty", b"", 0, 0),
-                arith(op::INCREMENT, b"empty", 1, 0, 0).cas(Cas::Lit(999_999)),
-                set(op::SET, b"alpha", b"x", 0, 0),
-                arith(op::INCREMENT, b"alpha", 1, 0, 0).cas(Cas::Lit(999_999)),
-            ],
-            vec![
-                arith(op::INCREMENT, b"num", 1, 0, 0).cas(Cas::Seen(usize::MAX)),
-                req(op::DELETE, b"", b"num", b"").cas(Cas::Lit(999_999)),
-                req(op::DELETEQ, b"", b"num", b"").cas(Cas::Seen(usize::MAX)),
-                req(op::DELETE, b"", b"num", b"").cas(Cas::Lit(999_999)),
-                get(op::GET, b"num"),
-            ],
-        ],
-    );
+        );
+    }
 }
 
 #[test]
@@ -937,6 +943,15 @@ fn random_binary_streams_match_memcached() {
     let base = common::env_u64("FERRO_BINARY_SEED", 0xb1_4a77);
     let streams = common::env_u64("FERRO_BINARY_STREAMS", 300);
     random_binary_streams(base, streams, &[]);
+}
+
+/// The random streams with `-C` on both servers: every cas in a response is 0, stores
+/// ignore the request's cas, and delete and arithmetic compare it with 0.
+#[test]
+fn random_binary_streams_without_cas() {
+    let base = common::env_u64("FERRO_BINARY_SEED", 0xb1_4a77);
+    let streams = common::env_u64("FERRO_BINARY_STREAMS", 150);
+    random_binary_streams(base ^ 0xc0c0, streams, &["-C"]);
 }
 
 /// The random streams with every GET/GETK/GAT value of at least one byte sent in place

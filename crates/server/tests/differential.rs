@@ -60,6 +60,7 @@ impl Side {
         let mut args = SERVER_ARGS.to_vec();
         if kind == ServerKind::Memcached {
             args.extend_from_slice(MEMCACHED_DETERMINISM_ARGS);
+            args.extend(common::flags_for_both(ferrocache_args));
         } else {
             args.extend_from_slice(ferrocache_args);
         }
@@ -168,14 +169,19 @@ impl Pair {
         Pair::start_with(&[])
     }
 
-    /// Servers whose candidate, if it is ferrocache, also gets `ferrocache_args`.
+    /// Servers whose candidate, if it is ferrocache, also gets `ferrocache_args`; those
+    /// of them that are memcached flags (`common::FLAGS_FOR_BOTH`) go to memcached too.
     fn start_with(ferrocache_args: &[&'static str]) -> Pair {
         Pair {
-            reference: Side::start(ServerKind::Memcached, &[]),
+            reference: Side::start(ServerKind::Memcached, ferrocache_args),
             candidate: Side::start(ServerKind::under_test(), ferrocache_args),
         }
     }
 }
+
+/// `-C`: no CAS uniques. memcached shows 0 for every item's cas, and its compare-and-swaps
+/// answer in ways of their own (docs/protocol.md, "Differences").
+const WITHOUT_CAS: &[&str] = &["-C"];
 
 /// Every get value of at least one byte sent in place from the store (pinned, with a
 /// vectored send; see `splice.rs`) instead of the default's large values only.
@@ -328,17 +334,13 @@ fn base_seed() -> u64 {
 /// Runs `count` random streams, seeds `base + offset + i`, and panics with the reports of
 /// failing ones.
 fn run_random_streams(
+    test: &str,
     base: u64,
     offset: u64,
     count: u64,
     writes: Writes,
     ferrocache_args: &[&'static str],
 ) {
-    let test = match (writes, ferrocache_args.is_empty()) {
-        (Writes::Whole, true) => "random_streams_whole_writes",
-        (Writes::Fragmented, true) => "random_streams_fragmented_writes",
-        (_, false) => "random_streams_every_value_in_place",
-    };
     run_streams(
         gen::stream,
         test,
@@ -413,14 +415,28 @@ fn run_streams(
 #[test]
 fn random_streams_whole_writes() {
     let count = common::env_u64("FERRO_DIFF_STREAMS", 300);
-    run_random_streams(base_seed(), 0, count, Writes::Whole, &[]);
+    run_random_streams(
+        "random_streams_whole_writes",
+        base_seed(),
+        0,
+        count,
+        Writes::Whole,
+        &[],
+    );
 }
 
 #[test]
 fn random_streams_fragmented_writes() {
     let count = common::env_u64("FERRO_DIFF_STREAMS", 100);
     // A different seed range from the whole-writes test, so more streams get covered.
-    run_random_streams(base_seed(), 1 << 32, count, Writes::Fragmented, &[]);
+    run_random_streams(
+        "random_streams_fragmented_writes",
+        base_seed(),
+        1 << 32,
+        count,
+        Writes::Fragmented,
+        &[],
+    );
 }
 
 /// The random streams again with every value sent in place, so that pins meet
@@ -430,11 +446,27 @@ fn random_streams_fragmented_writes() {
 fn random_streams_every_value_in_place() {
     let count = common::env_u64("FERRO_DIFF_STREAMS", 150);
     run_random_streams(
+        "random_streams_every_value_in_place",
         base_seed(),
         2 << 32,
         count,
         Writes::Whole,
         EVERY_VALUE_IN_PLACE,
+    );
+}
+
+/// The random streams with `-C` on both servers: every cas shown is 0, and `cas`,
+/// `ms C`, `md C` and `ma C` answer as memcached's do without CAS uniques.
+#[test]
+fn random_streams_without_cas() {
+    let count = common::env_u64("FERRO_DIFF_STREAMS", 100);
+    run_random_streams(
+        "random_streams_without_cas",
+        base_seed(),
+        5 << 32,
+        count,
+        Writes::Whole,
+        WITHOUT_CAS,
     );
 }
 

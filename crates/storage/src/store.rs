@@ -42,6 +42,8 @@ pub const MIN_SEGMENT_BYTES: usize = 1 << 20;
 /// 8 bytes of CAS, the key's NUL and the value's `\r\n`. [`Store::item_fits`] uses it so
 /// that the size limit falls on exactly the same byte as memcached's.
 pub const MEMCACHED_ITEM_OVERHEAD_BYTES: usize = 59;
+/// The part of [`MEMCACHED_ITEM_OVERHEAD_BYTES`] that is the cas, absent under `-C`.
+const MEMCACHED_CAS_BYTES: usize = 8;
 
 const SEGMENT_ROUND_BYTES: usize = 4096;
 const MAX_SHARDS: usize = 4096;
@@ -157,6 +159,8 @@ pub struct Store {
     /// it; the segments it allows are `PoolState::limit`).
     memory_limit: AtomicUsize,
     item_size_max: usize,
+    /// memcached's bytes per item besides key, value and flags, for [`Store::item_fits`].
+    item_overhead: usize,
     cas: Padded<AtomicU64>,
     flush: Padded<FlushState>,
     pub(crate) sweep_shard: AtomicUsize,
@@ -203,6 +207,7 @@ pub struct StoreBuilder {
     evictions: bool,
     shards: Option<usize>,
     large_pages: bool,
+    memcached_cas: bool,
 }
 
 impl StoreBuilder {
@@ -216,6 +221,14 @@ impl StoreBuilder {
     /// Largest item in bytes, counted as memcached counts it (memcached `-I`, default 1 MiB).
     pub fn item_size_max(mut self, bytes: usize) -> Self {
         self.item_size_max = bytes;
+        self
+    }
+
+    /// Whether the memcached whose size rule [`Store::item_fits`] applies keeps an 8-byte
+    /// cas in every item (default true; false is memcached `-C`, whose items leave those
+    /// 8 bytes to the value). Only the size rule changes: the store keeps its own cas.
+    pub fn memcached_cas(mut self, enabled: bool) -> Self {
+        self.memcached_cas = enabled;
         self
     }
 
@@ -307,6 +320,12 @@ impl StoreBuilder {
             evictions: self.evictions,
             memory_limit: AtomicUsize::new(self.memory_limit),
             item_size_max: self.item_size_max,
+            item_overhead: MEMCACHED_ITEM_OVERHEAD_BYTES
+                - if self.memcached_cas {
+                    0
+                } else {
+                    MEMCACHED_CAS_BYTES
+                },
             cas: Padded(AtomicU64::new(0)),
             flush: Padded(FlushState {
                 oldest_live: AtomicU32::new(0),
@@ -327,18 +346,19 @@ impl Store {
             evictions: true,
             shards: None,
             large_pages: false,
+            memcached_cas: true,
         }
     }
 
     /// Whether an item of this shape may be stored: the key is 1..=255 bytes and
-    /// `59 + key + value (+ 4 if flags != 0) <= item_size_max`, memcached 1.6's own rule.
+    /// `59 + key + value (+ 4 if flags != 0) <= item_size_max`, memcached 1.6's own rule
+    /// (51 without its cas, [`StoreBuilder::memcached_cas`]).
     /// The server can call this before reading a data block, to swallow an oversized one.
     pub fn item_fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
         let flag_bytes = if flags != 0 { item::FLAGS_BYTES } else { 0 };
         (1..=MAX_KEY_BYTES).contains(&key_len)
             && value_len <= item::MAX_VALUE_BYTES
-            && MEMCACHED_ITEM_OVERHEAD_BYTES + key_len + value_len + flag_bytes
-                <= self.item_size_max
+            && self.item_overhead + key_len + value_len + flag_bytes <= self.item_size_max
             && item::item_len(key_len, value_len, flags != 0) <= self.segment_size
     }
 

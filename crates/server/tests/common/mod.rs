@@ -383,6 +383,21 @@ fn socket_inodes_of(pid: u32) -> HashSet<u64> {
     inodes
 }
 
+/// memcached's own flags that a test may give ferrocache: where a test hands these to
+/// ferrocache, the memcached it is compared with gets them too.
+#[allow(dead_code)]
+pub const FLAGS_FOR_BOTH: &[&str] = &["-C"];
+
+/// The arguments among `extra` that memcached also gets ([`FLAGS_FOR_BOTH`]).
+#[allow(dead_code)]
+pub fn flags_for_both<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    extra
+        .iter()
+        .copied()
+        .filter(|a| FLAGS_FOR_BOTH.contains(a))
+        .collect()
+}
+
 /// Reads an environment variable as a number, with a default.
 pub fn env_u64(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
