@@ -97,7 +97,7 @@ struct Args {
     /// Max requests per event, per connection (kept for compatibility; see docs/protocol.md)
     #[arg(short = 'R', long = "max-reqs-per-event", default_value_t = 20)]
     reqs_per_event: u32,
-    /// Disable CAS (accepted; cas uniques are still kept)
+    /// Disable CAS: every cas shown is 0, and compare-and-swaps answer as in memcached -C
     #[arg(short = 'C', long = "disable-cas")]
     disable_cas: bool,
     /// TCP listen backlog
