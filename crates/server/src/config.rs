@@ -67,7 +67,7 @@ struct Args {
     /// Max simultaneous connections
     #[arg(short = 'c', long = "conn-limit", default_value_t = 1024)]
     conn_limit: usize,
-    /// Lock down all paged memory (accepted, no effect)
+    /// Lock down all paged memory: item memory is locked as it is allocated
     #[arg(short = 'k', long = "lock-memory")]
     lock_memory: bool,
     /// Verbose (repeat for more)
@@ -295,6 +295,8 @@ pub struct Settings {
     pub null_store: Option<Vec<u8>>,
     /// `-L`: item memory on transparent huge pages.
     pub large_pages: bool,
+    /// `-k`: lock item memory (and what is mapped at start) into RAM.
+    pub lock_memory: bool,
     /// `-Y`: the ASCII authentication file (loaded in `main`, see `auth.rs`).
     pub auth_file: Option<String>,
     /// `-d`: detach and run in the background.
@@ -515,14 +517,11 @@ impl Settings {
             zero_copy_min: a.zero_copy_min,
             null_store: a.null_store.then(|| vec![b'x'; a.null_value_bytes]),
             large_pages: a.large_pages,
+            lock_memory: a.lock_memory,
             auth_file: a.auth_file,
             daemonize: a.daemon,
             max_core: a.coredumps,
             extended,
-        })
-        .inspect(|_| {
-            // Accepted for compatibility, no effect; see docs/operations.md.
-            let _ = a.lock_memory;
         })
     }
 }

@@ -72,6 +72,7 @@ fn real_main() -> Result<()> {
         .memory_limit(settings.memory_limit_bytes)
         .item_size_max(settings.item_size_max_bytes)
         .memcached_cas(settings.cas_enabled)
+        .lock_memory(settings.lock_memory)
         .evictions(settings.evictions);
     let store = match builder.clone().large_pages(settings.large_pages).build() {
         // memcached exits when it finds no huge page support; a cache on normal pages
@@ -84,6 +85,12 @@ fn real_main() -> Result<()> {
         built => built,
     }
     .context("creating the store")?;
+    if settings.lock_memory {
+        // memcached's words, and like memcached it goes on unlocked.
+        if let Err(e) = sys::lock_current_memory() {
+            eprintln!("warning: -k invalid, mlockall() failed: {e}");
+        }
+    }
     if let Some(path) = &settings.pidfile {
         std::fs::write(path, format!("{}\n", std::process::id()))
             .with_context(|| format!("writing pid file {path}"))?;

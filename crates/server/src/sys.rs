@@ -203,6 +203,18 @@ pub fn daemonize(keep_dir: bool, keep_output: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// memcached's `-k`, for what is mapped now: `mlockall(MCL_CURRENT)`. Item memory is
+/// locked segment by segment as the store allocates it (`StoreBuilder::lock_memory`),
+/// not with memcached's `MCL_FUTURE` (see there).
+pub fn lock_current_memory() -> io::Result<()> {
+    // SAFETY: mlockall takes flags only and touches no memory of this program.
+    if unsafe { libc::mlockall(libc::MCL_CURRENT) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// memcached's `-r`: raise the core file size limit to unlimited, or failing that to
 /// the hard limit. An error when the soft limit is still 0.
 pub fn raise_core_limit() -> io::Result<()> {

@@ -190,10 +190,14 @@ impl Store {
                     victim.0
                 }
             };
-            // SAFETY: `seg` is on no list and indexes no item, so no thread reads or
-            // writes its bytes: pins are taken only through indexed items, and writers
-            // only through reservations in open segments.
-            unsafe { self.segments[seg as usize].mem.release() };
+            // Under -k the pages stay: locked memory is not given back (and the kernel
+            // refuses MADV_DONTNEED on locked pages anyway).
+            if !self.lock_memory() {
+                // SAFETY: `seg` is on no list and indexes no item, so no thread reads or
+                // writes its bytes: pins are taken only through indexed items, and
+                // writers only through reservations in open segments.
+                unsafe { self.segments[seg as usize].mem.release() };
+            }
             self.pool_lock().free.push(seg);
         }
     }

@@ -179,6 +179,26 @@ impl SegmentMem {
         unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len) }
     }
 
+    /// Lock the segment's pages into RAM (`mlock`: resident from now on, never swapped).
+    /// False where the kernel refuses (without `CAP_IPC_LOCK`, past `RLIMIT_MEMLOCK`) or
+    /// the segment has no memory yet; always true under Miri and off Linux, where it does
+    /// nothing.
+    pub fn lock(&self) -> bool {
+        let p = self.ptr.load(Ordering::Acquire);
+        if p.is_null() {
+            return false;
+        }
+        #[cfg(all(target_os = "linux", not(miri)))]
+        {
+            // SAFETY: `mlock` reads and writes no memory of this program; the range is
+            // this segment's allocation (or its slice of the large-page region), and
+            // the kernel rounds it out to whole pages, which it only makes resident.
+            unsafe { libc::mlock(p.cast::<libc::c_void>(), self.len) == 0 }
+        }
+        #[cfg(not(all(target_os = "linux", not(miri))))]
+        true
+    }
+
     /// Give the segment's whole pages back to the kernel, keeping its address: they read
     /// as zeros afterwards and cost no memory until written again (the partial pages at
     /// either end of a heap segment keep their bytes; nothing reads a segment's bytes

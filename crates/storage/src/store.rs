@@ -164,6 +164,10 @@ pub struct Store {
     cas: Padded<AtomicU64>,
     flush: Padded<FlushState>,
     pub(crate) sweep_shard: AtomicUsize,
+    /// `-k`: segments are locked into RAM as they get memory ([`StoreBuilder::lock_memory`]).
+    lock_memory: bool,
+    /// Segments that `-k` could not lock.
+    unlocked_segments: AtomicUsize,
     /// The mapping the segments lie in, with large pages (`-L`). Declared after
     /// `segments`, so it is unmapped after they are dropped.
     large_pages: Option<LargePageRegion>,
@@ -208,6 +212,7 @@ pub struct StoreBuilder {
     shards: Option<usize>,
     large_pages: bool,
     memcached_cas: bool,
+    lock_memory: bool,
 }
 
 impl StoreBuilder {
@@ -221,6 +226,20 @@ impl StoreBuilder {
     /// Largest item in bytes, counted as memcached counts it (memcached `-I`, default 1 MiB).
     pub fn item_size_max(mut self, bytes: usize) -> Self {
         self.item_size_max = bytes;
+        self
+    }
+
+    /// Lock item memory into RAM (memcached `-k`): each segment is `mlock`ed as it is
+    /// first given memory, so its pages are resident from then on and never swapped,
+    /// and a segment retired by a lower `cache_memlimit` keeps its pages. Where the
+    /// kernel refuses (no `CAP_IPC_LOCK` and `RLIMIT_MEMLOCK` reached), the segment is
+    /// used unlocked: [`Store::unlocked_segments`] counts them.
+    ///
+    /// memcached locks with `mlockall(MCL_CURRENT | MCL_FUTURE)`, after which an
+    /// allocation past the limit fails and memcached answers out of memory; in Rust a
+    /// failed allocation aborts the process, so the store locks its own segments instead.
+    pub fn lock_memory(mut self, enabled: bool) -> Self {
+        self.lock_memory = enabled;
         self
     }
 
@@ -326,6 +345,8 @@ impl StoreBuilder {
                 } else {
                     MEMCACHED_CAS_BYTES
                 },
+            lock_memory: self.lock_memory,
+            unlocked_segments: AtomicUsize::new(0),
             cas: Padded(AtomicU64::new(0)),
             flush: Padded(FlushState {
                 oldest_live: AtomicU32::new(0),
@@ -347,6 +368,7 @@ impl Store {
             shards: None,
             large_pages: false,
             memcached_cas: true,
+            lock_memory: false,
         }
     }
 
@@ -408,10 +430,26 @@ impl Store {
     /// region with `-L`, else from the heap.
     pub(crate) fn allocate_segment(&self, seg: u32) {
         let mem = &self.segments[seg as usize].mem;
+        let first = !mem.is_allocated();
         match &self.large_pages {
             Some(region) => mem.place_in(region, seg as usize),
             None => mem.ensure_allocated(),
         }
+        // A segment gets memory once (a retired one keeps its address), so it is locked
+        // once; under -k a retired one also keeps its pages (see `retire_excess`).
+        if first && self.lock_memory && !mem.lock() {
+            self.unlocked_segments.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether item memory is locked into RAM (see [`StoreBuilder::lock_memory`]).
+    pub fn lock_memory(&self) -> bool {
+        self.lock_memory
+    }
+
+    /// Segments given memory under `-k` that the kernel refused to lock.
+    pub fn unlocked_segments(&self) -> usize {
+        self.unlocked_segments.load(Ordering::Relaxed)
     }
 
     /// Whether item memory is on large pages (see [`StoreBuilder::large_pages`]).
