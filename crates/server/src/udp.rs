@@ -35,7 +35,7 @@ use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use mio::net::UdpSocket;
@@ -44,6 +44,7 @@ use socket2::{Protocol, Type};
 
 use crate::conn::Conn;
 use crate::exec::Exec;
+use crate::spin::AdaptiveSpin;
 use crate::stats::bump;
 
 /// Size of memcached's UDP frame header.
@@ -94,6 +95,13 @@ pub struct UdpEndpoint {
     /// `--udp-gso` has been applied: at the first [`UdpEndpoint::serve`],
     /// the first place the settings reach.
     gso_decided: bool,
+    /// With `--busy-poll-us`: how long to wait awake after a batch empties the socket,
+    /// adapted as the event loop's window is (`spin.rs`). A fixed window cost every
+    /// datagram that comes alone the whole window.
+    spin: Option<AdaptiveSpin>,
+    /// When the socket was last left empty, for the window to learn how long it
+    /// stayed so (the next [`UdpEndpoint::serve`] is the next datagram).
+    idle_since: Option<Instant>,
 }
 
 /// Whether a GSO log line has been printed: one per process, not one per
@@ -120,6 +128,8 @@ impl UdpEndpoint {
             message_ends: RefCell::new(Vec::new()),
             gso_offered,
             gso_decided: false,
+            spin: None,
+            idle_since: None,
         }
     }
 
@@ -129,6 +139,10 @@ impl UdpEndpoint {
             self.gso_decided = true;
             self.outbox
                 .set_gso(self.gso_offered && exec.shared.settings.udp_gso);
+            self.spin = AdaptiveSpin::new(exec.shared.settings.busy_poll_us);
+        }
+        if let (Some(spin), Some(since)) = (&mut self.spin, self.idle_since.take()) {
+            spin.slept(since.elapsed());
         }
         let fd = self.socket.as_raw_fd();
         let mut spins_left = SPINS_PER_WAKEUP;
@@ -166,16 +180,18 @@ impl UdpEndpoint {
             flush(&mut self.outbox, fd, exec);
             if n < self.inbox.capacity() {
                 // The queue was empty when the kernel returned. With
-                // `--busy-poll-us`, wait for the next request awake, for up to that
-                // long; otherwise (and if none comes) edge-triggered polling wakes
+                // `--busy-poll-us`, wait for the next request awake, for up to the
+                // window; otherwise (and if none comes) edge-triggered polling wakes
                 // us for a later datagram.
-                let spin = exec.shared.settings.busy_poll_us;
-                if spin > 0
-                    && spins_left > 0
-                    && mmsg::spin_until_readable(fd, Duration::from_micros(u64::from(spin)))
-                {
-                    spins_left -= 1;
-                    continue;
+                if let Some(spin) = &mut self.spin {
+                    let window = spin.window();
+                    if !window.is_zero() && spins_left > 0 && mmsg::spin_until_readable(fd, window)
+                    {
+                        spin.caught();
+                        spins_left -= 1;
+                        continue;
+                    }
+                    self.idle_since = Some(Instant::now());
                 }
                 break;
             }
