@@ -344,7 +344,12 @@ impl Settings {
     #[inline]
     #[must_use]
     pub fn memcached_item_limit(&self) -> usize {
-        self.item_size_max_bytes + if self.cas_enabled { 0 } else { 8 }
+        self.item_size_max_bytes
+            + if self.cas_enabled {
+                0
+            } else {
+                crate::exec::MEMCACHED_CAS_BYTES
+            }
     }
 
     /// The last second whose items a `flush_all` that takes effect at `new_oldest`

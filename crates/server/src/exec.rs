@@ -50,16 +50,29 @@ pub enum Flow {
     Dump,
 }
 
-/// memcached's item-size rule, from `item_size_ok()`: the item header (48
-/// bytes), the key and its NUL, the flags suffix when non-zero, the value and
-/// its `\r\n`, and the 8-byte cas must fit `-I`. Applied here, independent of
-/// how our own engine lays items out, so that the same values are refused.
+/// The cas in memcached's item header, which its items lack under `-C`.
+pub const MEMCACHED_CAS_BYTES: usize = 8;
+
+/// memcached's `ITEM_ntotal`, the bytes memcached would take for an item: its
+/// header (48 bytes), the key and its NUL, the flags suffix when non-zero, the
+/// value and its `\r\n`, and the 8-byte cas unless `-C` (`cas` false). What `me`
+/// and `lru_crawler metadump` report as `size`, and what `-I` limits.
+#[must_use]
+pub fn memcached_item_size(key_len: usize, flags: u32, len: usize, cas: bool) -> usize {
+    const ITEM_HEADER_BYTES: usize = 48;
+    let suffix = if flags == 0 { 0 } else { 4 };
+    let cas = if cas { MEMCACHED_CAS_BYTES } else { 0 };
+    ITEM_HEADER_BYTES + key_len + 1 + suffix + len + 2 + cas
+}
+
+/// memcached's item-size rule, from `item_size_ok()`: [`memcached_item_size`] with
+/// the cas must fit `item_size_max` (`-I`; under `-C`, where memcached's items have
+/// no cas, the caller passes 8 bytes more: `Settings::memcached_item_limit`). Applied
+/// here, independent of how our own engine lays items out, so that the same values
+/// are refused.
 #[must_use]
 pub fn memcached_item_fits(item_size_max: usize, key_len: usize, flags: u32, len: usize) -> bool {
-    const ITEM_HEADER_BYTES: usize = 48;
-    const CAS_BYTES: usize = 8;
-    let suffix = if flags == 0 { 0 } else { 4 };
-    ITEM_HEADER_BYTES + key_len + 1 + suffix + len + 2 + CAS_BYTES <= item_size_max
+    memcached_item_size(key_len, flags, len, true) <= item_size_max
 }
 
 /// The per-worker view used to execute requests.

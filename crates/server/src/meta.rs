@@ -21,7 +21,7 @@ use protocol::meta::{
 use storage::{ItemMut, Lookup, MetaArith, MetaStore, RelTime, StoreMode, StoreOutcome};
 
 use crate::clock::{Clock, REALTIME_MAXDELTA_SECS};
-use crate::exec::{memcached_item_fits, Exec, Flow};
+use crate::exec::{memcached_item_fits, memcached_item_size, Exec, Flow};
 use crate::stats::bump;
 
 const CRLF: &[u8] = b"\r\n";
@@ -611,13 +611,12 @@ fn meta_debug(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
         } else {
             b" fetch=no cls="
         });
-        // memcached's items under -C have no 8-byte cas.
-        let size = it.memcached_size()
-            - if exec.shared.settings.cas_enabled {
-                0
-            } else {
-                8
-            };
+        let size = memcached_item_size(
+            it.key().len(),
+            it.flags(),
+            it.value().len(),
+            exec.shared.settings.cas_enabled,
+        );
         push_num(out, memcached_slab_class(size, it.key().len(), it.flags()));
         out.extend_from_slice(b" size=");
         push_num(out, size);

@@ -100,13 +100,6 @@ impl ItemMut<'_> {
         self.hdr.mark & MARK_KEY_BINARY != 0
     }
 
-    /// memcached's `ITEM_ntotal`: the bytes memcached would use for this item (48-byte
-    /// header, key and NUL, flags suffix, value and `\r\n`, 8-byte CAS).
-    pub fn memcached_size(&self) -> usize {
-        let suffix = if self.hdr.flags != 0 { 4 } else { 0 };
-        48 + self.hdr.prefix.klen + 1 + suffix + self.hdr.prefix.vlen + 2 + 8
-    }
-
     /// Set the exptime (0: never).
     pub fn set_exptime(&mut self, exptime: RelTime) {
         self.hdr.exptime = exptime;
@@ -386,18 +379,10 @@ mod tests {
             it.set_exptime(NOW + 10);
             it.set_token_sent(true);
             it.bump(NOW);
-            (
-                it.key().to_vec(),
-                it.value().to_vec(),
-                it.flags(),
-                it.memcached_size(),
-            )
+            (it.key().to_vec(), it.value().to_vec(), it.flags())
         });
         assert_eq!(first, Lookup::Hit(()));
-        assert_eq!(
-            got,
-            Some((b"k".to_vec(), b"val".to_vec(), 5, 48 + 2 + 4 + 5 + 8))
-        );
+        assert_eq!(got, Some((b"k".to_vec(), b"val".to_vec(), 5)));
         let (_, got) = s.meta_get(b"k", false, NOW, |it, _| {
             (it.fetched(), it.token_sent(), it.exptime())
         });
