@@ -413,11 +413,13 @@ struct Side {
 }
 
 impl Side {
-    /// `extra` goes to ferrocache only.
+    /// `extra` goes to ferrocache, and those of its flags that are memcached's
+    /// (`common::FLAGS_FOR_BOTH`) to memcached too.
     fn start(kind: ServerKind, extra: &[&str]) -> Side {
         let mut args = SERVER_ARGS.to_vec();
         if kind == ServerKind::Memcached {
             args.extend_from_slice(MEMCACHED_DETERMINISM_ARGS);
+            args.extend(common::flags_for_both(extra));
         } else {
             args.extend_from_slice(extra);
         }
@@ -551,10 +553,10 @@ impl Pair {
         Pair::start_with(&[])
     }
 
-    /// With `extra` arguments for ferrocache.
+    /// With `extra` arguments for ferrocache (see [`Side::start`]).
     fn start_with(extra: &[&str]) -> Pair {
         Pair {
-            reference: Side::start(ServerKind::Memcached, &[]),
+            reference: Side::start(ServerKind::Memcached, extra),
             candidate: Side::start(ServerKind::under_test(), extra),
         }
     }
@@ -633,6 +635,19 @@ fn random_meta_streams_every_value_in_place() {
         count,
         &["--zero-copy-min", "1"],
         "random_meta_streams_every_value_in_place",
+    );
+}
+
+/// The random streams with `-C` on both servers: every `c` shows 0, `ms C` answers
+/// `EX` for any item there is, and `md C` and `ma C` compare with 0.
+#[test]
+fn random_meta_streams_without_cas() {
+    let count = common::env_u64("FERRO_META_STREAMS", 150);
+    random_meta_streams_with(
+        base_seed() ^ 0xc0c0,
+        count,
+        &["-C"],
+        "random_meta_streams_without_cas",
     );
 }
 
