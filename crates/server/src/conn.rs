@@ -321,14 +321,21 @@ impl Conn {
         }
     }
 
-    /// Give back memory after a burst (called when the connection is idle).
-    #[inline]
+    /// Give back memory after a burst (called when the connection is idle, after
+    /// every turn that drained it). The check is inlined at the call: as a call of its
+    /// own it cost a single get about 20 instructions, nearly always to find nothing.
+    #[inline(always)]
     pub fn shrink_idle(&mut self) {
-        if self.rbuf.len() <= IDLE_BUFFER_KEEP_BYTES
-            && self.wbuf.capacity() <= IDLE_BUFFER_KEEP_BYTES
+        if self.rbuf.len() > IDLE_BUFFER_KEEP_BYTES
+            || self.wbuf.capacity() > IDLE_BUFFER_KEEP_BYTES
         {
-            return;
+            self.shrink_buffers();
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn shrink_buffers(&mut self) {
         if !self.has_input() && self.rbuf.len() > IDLE_BUFFER_KEEP_BYTES {
             self.rbuf = vec![0; READ_CHUNK_BYTES];
             self.rpos = 0;
