@@ -27,6 +27,7 @@ use protocol::binary::{
 use storage::{ArithOutcome, Lookup, StoreMode, StoreOutcome};
 
 use crate::exec::{memcached_item_fits, Exec};
+use crate::prefix::Event;
 use crate::stats::bump;
 
 /// The result of looking at the start of a binary-protocol input buffer.
@@ -304,6 +305,14 @@ impl Request<'_, '_, '_, '_> {
         );
     }
 
+    /// `stats detail on`: count `event` against the request key's prefix.
+    fn record_prefix(&self, event: Event) {
+        let prefixes = &self.exec.shared.prefixes;
+        if prefixes.enabled() {
+            prefixes.record(self.key(), event);
+        }
+    }
+
     /// memcached flushes the connection's output here.
     fn flushed(&mut self) {
         *self.flush_mark = self.out.len();
@@ -398,6 +407,9 @@ impl Request<'_, '_, '_, '_> {
             store.get(key, now, compose)
         };
         let stats = self.exec.stats;
+        self.record_prefix(Event::Get {
+            hit: lookup.is_hit(),
+        });
         bump(
             if touch {
                 &stats.cmd_touch
@@ -455,6 +467,7 @@ impl Request<'_, '_, '_, '_> {
         let item_size_max = self.exec.shared.settings.memcached_item_limit();
         let key_len = usize::from(self.header.key_len);
         if !memcached_item_fits(item_size_max, key_len, flags, value_len) {
+            self.record_prefix(Event::Set);
             if op == opcode::SET {
                 // memcached unlinks the old value so it cannot outlive the set.
                 let key = self.key();
@@ -466,6 +479,7 @@ impl Request<'_, '_, '_, '_> {
         if self.input.len() < total {
             return BinaryStep::Incomplete;
         }
+        self.record_prefix(Event::Set);
         let input = self.input;
         let key = &input[HEADER_LEN + usize::from(self.header.extras_len)..self.head_len];
         let value = &input[self.head_len..total];
@@ -547,6 +561,7 @@ impl Request<'_, '_, '_, '_> {
         let store = &self.exec.shared.store;
         let stats = self.exec.stats;
         let now = self.now();
+        self.record_prefix(Event::Delete);
         let cas_in = self.exec.shared.settings.cas_check(self.header.cas);
         if cas_in != 0 {
             let live_cas = store.get(key, now, |item| item.cas).hit();
@@ -672,14 +687,21 @@ impl Request<'_, '_, '_, '_> {
         } else if rest.starts_with(b"reset") {
             shared.stats.reset();
             shared.store.reset_stats();
+            shared.prefixes.clear();
         } else if rest.starts_with(b"settings") {
             crate::stats_report::settings(shared, &mut text);
         } else if rest.starts_with(b"detail") {
             let sub = &rest[6..];
             if sub.starts_with(b" dump") {
-                // No prefix statistics are kept: the dump is empty.
-                self.stat_packet(b"detailed", b"END\r\n");
-            } else if !(sub.starts_with(b" on") || sub.starts_with(b" off")) {
+                // The text dump, whole, as one stat's value (as memcached sends it).
+                let mut dump = Vec::new();
+                shared.prefixes.dump(&mut dump);
+                self.stat_packet(b"detailed", &dump);
+            } else if sub.starts_with(b" on") {
+                shared.prefixes.set_enabled(true);
+            } else if sub.starts_with(b" off") {
+                shared.prefixes.set_enabled(false);
+            } else {
                 return self.error(Status::KeyNotFound);
             }
         } else if matches!(
@@ -793,6 +815,7 @@ mod tests {
             shutting_down: AtomicBool::new(false),
             ascii_auth: None,
             sasl: None,
+            prefixes: crate::prefix::PrefixStats::new(b':'),
             settings,
         };
         (shared, stats)

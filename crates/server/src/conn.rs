@@ -326,8 +326,7 @@ impl Conn {
     /// own it cost a single get about 20 instructions, nearly always to find nothing.
     #[inline(always)]
     pub fn shrink_idle(&mut self) {
-        if self.rbuf.len() > IDLE_BUFFER_KEEP_BYTES
-            || self.wbuf.capacity() > IDLE_BUFFER_KEEP_BYTES
+        if self.rbuf.len() > IDLE_BUFFER_KEEP_BYTES || self.wbuf.capacity() > IDLE_BUFFER_KEEP_BYTES
         {
             self.shrink_buffers();
         }

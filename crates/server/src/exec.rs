@@ -15,6 +15,7 @@ use storage::{
 
 use crate::clock::Clock;
 use crate::config::{Settings, MAX_VERBOSITY_LEVEL};
+use crate::prefix::Event;
 use crate::splice::Splices;
 use crate::stats::{bump, StatsRegistry, WorkerStats};
 use crate::stats_report;
@@ -34,6 +35,8 @@ pub struct Shared {
     pub sasl: Option<crate::binary::Sasl>,
     /// ASCII authentication with `-Y` (`auth.rs`).
     pub ascii_auth: Option<crate::auth::AuthFile>,
+    /// `stats detail`: counters per key prefix (`prefix.rs`).
+    pub prefixes: crate::prefix::PrefixStats,
 }
 
 /// What the connection must do after a request.
@@ -131,6 +134,9 @@ impl Exec<'_> {
             }
             Request::Meta(m) => return crate::meta::execute(self, m, None, out, flush_mark),
             Request::Delete { key, noreply } => {
+                if self.shared.prefixes.enabled() {
+                    self.shared.prefixes.record(key, Event::Delete);
+                }
                 if self.store().delete(key, now) {
                     bump(&self.stats.delete_hits, 1);
                     reply(out, noreply, b"DELETED\r\n");
@@ -328,6 +334,14 @@ impl Exec<'_> {
             Lookup::Expired => tally.expired = 1,
             Lookup::Flushed => tally.flushed = 1,
         }
+        if self.shared.prefixes.enabled() {
+            self.shared.prefixes.record(
+                key,
+                Event::Get {
+                    hit: tally.hits == 1,
+                },
+            );
+        }
         tally.add_to(self.stats, false);
         out.extend_from_slice(b"END\r\n");
         *flush_mark = out.len();
@@ -339,6 +353,41 @@ impl Exec<'_> {
     /// large values cannot grow the output buffer without bound; the caller
     /// resumes with [`Keys::resume`] once the output has drained.
     pub fn get(
+        &self,
+        command: GetCommand,
+        exptime: i32,
+        keys: Keys<'_>,
+        out: &mut Vec<u8>,
+        flush_mark: &mut usize,
+        pause_at: usize,
+    ) -> Option<usize> {
+        if self.shared.prefixes.enabled() {
+            self.get_counted(command, exptime, keys, out, flush_mark, pause_at)
+        } else {
+            self.get_with::<false>(command, exptime, keys, out, flush_mark, pause_at)
+        }
+    }
+
+    /// [`Exec::get`] with `stats detail on`: each key counted against its prefix. A
+    /// copy of its own, so that the usual one has no per-key check (one cost a 48-key
+    /// get about 16 instructions a key).
+    #[cold]
+    #[inline(never)]
+    fn get_counted(
+        &self,
+        command: GetCommand,
+        exptime: i32,
+        keys: Keys<'_>,
+        out: &mut Vec<u8>,
+        flush_mark: &mut usize,
+        pause_at: usize,
+    ) -> Option<usize> {
+        self.get_with::<true>(command, exptime, keys, out, flush_mark, pause_at)
+    }
+
+    /// [`Exec::get`], counting each key against its prefix when `DETAIL`.
+    #[inline(always)]
+    fn get_with<const DETAIL: bool>(
         &self,
         command: GetCommand,
         exptime: i32,
@@ -379,15 +428,20 @@ impl Exec<'_> {
             let mut chunk = Chunk::new(keys.clone());
             while chunk.fill(self.store()) {
                 for slot in &chunk.parsed[..chunk.len] {
-                    let end =
-                        match self.get_key(&mut run, slot.key, Some(slot.hash), slot.peeked, out) {
-                            Err(end) => Some(end),
-                            Ok(()) if out.len() >= run.check_at => {
-                                keys.skip_to(slot.end);
-                                self.after_key(&mut run, &keys, out)
-                            }
-                            Ok(()) => None,
-                        };
+                    let end = match self.get_key::<DETAIL>(
+                        &mut run,
+                        slot.key,
+                        Some(slot.hash),
+                        slot.peeked,
+                        out,
+                    ) {
+                        Err(end) => Some(end),
+                        Ok(()) if out.len() >= run.check_at => {
+                            keys.skip_to(slot.end);
+                            self.after_key(&mut run, &keys, out)
+                        }
+                        Ok(()) => None,
+                    };
                     if let Some(end) = end {
                         return self.end_get(&run, end, out, flush_mark);
                     }
@@ -395,7 +449,8 @@ impl Exec<'_> {
             }
         } else {
             while let Some(key) = keys.next() {
-                let end = match self.get_key(&mut run, key, None, Peeked::default(), out) {
+                let end = match self.get_key::<DETAIL>(&mut run, key, None, Peeked::default(), out)
+                {
                     Err(end) => Some(end),
                     Ok(()) if out.len() >= run.check_at => self.after_key(&mut run, &keys, out),
                     Ok(()) => None,
@@ -411,7 +466,7 @@ impl Exec<'_> {
     /// One key of [`Exec::get`]: look it up, compose its reply and count it. A key too
     /// long ends the command.
     #[inline(always)]
-    fn get_key(
+    fn get_key<const DETAIL: bool>(
         &self,
         run: &mut GetRun,
         key: &[u8],
@@ -448,11 +503,15 @@ impl Exec<'_> {
             }
         };
         run.tally.lookups += 1;
+        let hit = matches!(lookup, Lookup::Hit(()));
         match lookup {
             Lookup::Hit(()) => run.tally.hits += 1,
             Lookup::Miss => {}
             Lookup::Expired => run.tally.expired += 1,
             Lookup::Flushed => run.tally.flushed += 1,
+        }
+        if DETAIL {
+            self.shared.prefixes.record(key, Event::Get { hit });
         }
         Ok(())
     }
@@ -531,6 +590,9 @@ impl Exec<'_> {
     ) {
         let now = self.shared.clock.now();
         bump(&self.stats.cmd_set, 1);
+        if self.shared.prefixes.enabled() {
+            self.shared.prefixes.record(key, Event::Set);
+        }
         let len = data.len() - 2;
         if &data[len..] != CRLF {
             reply(out, noreply, b"CLIENT_ERROR bad data chunk\r\n");
@@ -592,6 +654,9 @@ impl Exec<'_> {
         out: &mut Vec<u8>,
     ) {
         bump(&self.stats.store_too_large, 1);
+        if self.shared.prefixes.enabled() {
+            self.shared.prefixes.record(key, Event::Set);
+        }
         self.drop_stale_on_failed_set(command, key, self.shared.clock.now());
         reply(out, noreply, b"SERVER_ERROR object too large for cache\r\n");
     }
@@ -611,12 +676,15 @@ impl Exec<'_> {
             StatsGroup::Reset => {
                 self.shared.stats.reset();
                 self.store().reset_stats();
+                self.shared.prefixes.clear();
                 out.extend_from_slice(b"RESET\r\n");
             }
-            StatsGroup::Detail(DetailOp::On | DetailOp::Off) => out.extend_from_slice(b"OK\r\n"),
-            StatsGroup::Detail(DetailOp::Dump) | StatsGroup::Internal => {
-                out.extend_from_slice(b"END\r\n");
+            StatsGroup::Detail(op @ (DetailOp::On | DetailOp::Off)) => {
+                self.shared.prefixes.set_enabled(op == DetailOp::On);
+                out.extend_from_slice(b"OK\r\n");
             }
+            StatsGroup::Detail(DetailOp::Dump) => self.shared.prefixes.dump(out),
+            StatsGroup::Internal => out.extend_from_slice(b"END\r\n"),
         }
     }
 }

@@ -26,6 +26,7 @@ mod dump;
 mod exec;
 mod meta;
 mod net;
+mod prefix;
 mod runtime;
 mod spin;
 mod splice;
@@ -118,6 +119,14 @@ fn real_main() -> Result<()> {
         shutting_down: AtomicBool::new(false),
         sasl,
         ascii_auth,
+        prefixes: prefix::PrefixStats::new(
+            settings
+                .delimiter
+                .as_bytes()
+                .first()
+                .copied()
+                .unwrap_or(b':'),
+        ),
         settings,
     });
     let served = runtime::run(shared.clone(), worker_stats);
