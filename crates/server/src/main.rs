@@ -91,6 +91,15 @@ fn real_main() -> Result<()> {
         if let Err(e) = sys::lock_current_memory() {
             eprintln!("warning: -k invalid, mlockall() failed: {e}");
         }
+        // memcached would fail its allocations past the limit; ours serve unlocked.
+        if let Some(limit) =
+            sys::memlock_limit().filter(|&l| l < settings.memory_limit_bytes as u64)
+        {
+            eprintln!(
+                "warning: -k: RLIMIT_MEMLOCK is {limit} bytes, below -m; item memory past it \
+                 stays unlocked (raise it with ulimit -l)"
+            );
+        }
     }
     if let Some(path) = &settings.pidfile {
         std::fs::write(path, format!("{}\n", std::process::id()))

@@ -215,6 +215,23 @@ pub fn lock_current_memory() -> io::Result<()> {
     }
 }
 
+/// The soft `RLIMIT_MEMLOCK` in bytes, when it is a limit (not unlimited) that binds
+/// this process: not for root, whose `CAP_IPC_LOCK` lets it lock past the limit.
+pub fn memlock_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct passed; geteuid has no arguments.
+    let (rc, euid) = unsafe {
+        (
+            libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit),
+            libc::geteuid(),
+        )
+    };
+    (rc == 0 && euid != 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
+}
+
 /// memcached's `-r`: raise the core file size limit to unlimited, or failing that to
 /// the hard limit. An error when the soft limit is still 0.
 pub fn raise_core_limit() -> io::Result<()> {

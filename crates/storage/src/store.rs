@@ -166,8 +166,6 @@ pub struct Store {
     pub(crate) sweep_shard: AtomicUsize,
     /// `-k`: segments are locked into RAM as they get memory ([`StoreBuilder::lock_memory`]).
     lock_memory: bool,
-    /// Segments that `-k` could not lock.
-    unlocked_segments: AtomicUsize,
     /// The mapping the segments lie in, with large pages (`-L`). Declared after
     /// `segments`, so it is unmapped after they are dropped.
     large_pages: Option<LargePageRegion>,
@@ -233,7 +231,7 @@ impl StoreBuilder {
     /// first given memory, so its pages are resident from then on and never swapped,
     /// and a segment retired by a lower `cache_memlimit` keeps its pages. Where the
     /// kernel refuses (no `CAP_IPC_LOCK` and `RLIMIT_MEMLOCK` reached), the segment is
-    /// used unlocked: [`Store::unlocked_segments`] counts them.
+    /// used unlocked.
     ///
     /// memcached locks with `mlockall(MCL_CURRENT | MCL_FUTURE)`, after which an
     /// allocation past the limit fails and memcached answers out of memory; in Rust a
@@ -346,7 +344,6 @@ impl StoreBuilder {
                     MEMCACHED_CAS_BYTES
                 },
             lock_memory: self.lock_memory,
-            unlocked_segments: AtomicUsize::new(0),
             cas: Padded(AtomicU64::new(0)),
             flush: Padded(FlushState {
                 oldest_live: AtomicU32::new(0),
@@ -437,19 +434,16 @@ impl Store {
         }
         // A segment gets memory once (a retired one keeps its address), so it is locked
         // once; under -k a retired one also keeps its pages (see `retire_excess`).
-        if first && self.lock_memory && !mem.lock() {
-            self.unlocked_segments.fetch_add(1, Ordering::Relaxed);
+        if first && self.lock_memory {
+            // Refused past RLIMIT_MEMLOCK without CAP_IPC_LOCK: the segment serves
+            // unlocked (the server warns at start when the limit is below -m).
+            let _ = mem.lock();
         }
     }
 
     /// Whether item memory is locked into RAM (see [`StoreBuilder::lock_memory`]).
     pub fn lock_memory(&self) -> bool {
         self.lock_memory
-    }
-
-    /// Segments given memory under `-k` that the kernel refused to lock.
-    pub fn unlocked_segments(&self) -> usize {
-        self.unlocked_segments.load(Ordering::Relaxed)
     }
 
     /// Whether item memory is on large pages (see [`StoreBuilder::large_pages`]).
