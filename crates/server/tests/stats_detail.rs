@@ -201,3 +201,23 @@ fn the_delimiter_is_dash_capital_d() {
     let dump = same(&mut pair, "stats detail dump\r\n");
     assert!(dump.starts_with("PREFIX "), "{dump}");
 }
+
+/// A multi-get whose replies outgrow the output buffer pauses and resumes; each key is
+/// still counted once, and the large values' gets count as memcached's do.
+#[test]
+fn a_paused_multi_get_counts_each_key_once() {
+    let mut pair = both(&[]);
+    same(&mut pair, "stats detail on\r\n");
+    let value = "L".repeat(200_000);
+    for i in 0..30 {
+        same(
+            &mut pair,
+            &format!("set big:{i} 0 0 {}\r\n{value}\r\n", value.len()),
+        );
+    }
+    let keys: Vec<String> = (0..34).map(|i| format!("big:{i}")).collect();
+    let reply = same(&mut pair, &format!("get {}\r\n", keys.join(" ")));
+    assert_eq!(reply.matches("VALUE ").count(), 30);
+    let dump = same(&mut pair, "stats detail dump\r\n");
+    assert_eq!(dump, "PREFIX big get 34 hit 30 set 30 del 0\r\nEND\r\n");
+}
