@@ -88,7 +88,7 @@ struct Args {
     /// Put item memory on transparent huge pages (one 2 MiB-aligned mapping, MADV_HUGEPAGE)
     #[arg(short = 'L', long = "enable-largepages")]
     large_pages: bool,
-    /// Stats prefix delimiter (accepted, no effect)
+    /// Stats prefix delimiter: `stats detail` counts keys by what comes before it
     #[arg(short = 'D', default_value = ":")]
     delimiter: String,
     /// Number of worker threads
@@ -350,6 +350,13 @@ impl Settings {
             } else {
                 crate::exec::MEMCACHED_CAS_BYTES
             }
+    }
+
+    /// The `stats detail` prefix delimiter: the first byte of `-D`, as memcached takes
+    /// it (`-D ab` is `a`).
+    #[must_use]
+    pub fn prefix_delimiter(&self) -> u8 {
+        self.delimiter.as_bytes().first().copied().unwrap_or(0)
     }
 
     /// The last second whose items a `flush_all` that takes effect at `new_oldest`

@@ -128,14 +128,7 @@ fn real_main() -> Result<()> {
         shutting_down: AtomicBool::new(false),
         sasl,
         ascii_auth,
-        prefixes: prefix::PrefixStats::new(
-            settings
-                .delimiter
-                .as_bytes()
-                .first()
-                .copied()
-                .unwrap_or(b':'),
-        ),
+        prefixes: prefix::PrefixStats::new(settings.prefix_delimiter()),
         settings,
     });
     let served = runtime::run(shared.clone(), worker_stats);

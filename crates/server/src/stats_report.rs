@@ -129,7 +129,10 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("chunk_size", s.chunk_size);
     o.num("num_threads", s.threads);
     o.num("num_threads_per_udp", s.threads);
-    o.str("stat_key_prefix", &s.delimiter);
+    o.str(
+        "stat_key_prefix",
+        &String::from_utf8_lossy(&[s.prefix_delimiter()]),
+    );
     o.yes_no("detail_enabled", shared.prefixes.enabled());
     o.num("reqs_per_event", s.reqs_per_event);
     o.yes_no("cas_enabled", s.cas_enabled);

@@ -193,7 +193,12 @@ fn text_and_binary_requests_count_as_in_memcached() {
 
 #[test]
 fn the_delimiter_is_dash_capital_d() {
-    let mut pair = both(&["-D", "/"]);
+    // memcached takes the first byte of `-D`.
+    let mut pair = both(&["-D", "/x"]);
+    assert_eq!(
+        pair.1.conn.stats("settings")["stat_key_prefix"],
+        pair.0.conn.stats("settings")["stat_key_prefix"]
+    );
     same(&mut pair, "stats detail on\r\n");
     for request in text_requests(0x5eed, '/') {
         same(&mut pair, &request);
