@@ -301,7 +301,7 @@ impl Request<'_, '_, '_, '_> {
             key_len,
             body_len as u32,
             self.header.opaque,
-            self.exec.shared.settings.shown_cas(cas),
+            self.exec.shared.settings.item_cas(cas),
         );
     }
 
@@ -390,7 +390,7 @@ impl Request<'_, '_, '_, '_> {
                 key_len as u16,
                 (4 + key_len + value_len) as u32,
                 opaque,
-                exec.shared.settings.shown_cas(item.cas),
+                exec.shared.settings.item_cas(item.cas),
             );
             out.extend_from_slice(&item.flags.to_be_bytes());
             if return_key {
@@ -489,11 +489,7 @@ impl Request<'_, '_, '_, '_> {
         bump(&stats.cmd_set, 1);
         // Under -C memcached's stores never see the request's cas (its items have no
         // cas to set it in), so they are plain stores.
-        let cas_in = if self.exec.shared.settings.cas_enabled {
-            self.header.cas
-        } else {
-            0
-        };
+        let cas_in = self.exec.shared.settings.item_cas(self.header.cas);
         let mode = match op {
             _ if cas_in != 0 && !concat => StoreMode::Cas(cas_in),
             opcode::SET => StoreMode::Set,

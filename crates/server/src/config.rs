@@ -311,13 +311,14 @@ pub struct Settings {
 const CAS_NEVER: u64 = u64::MAX;
 
 impl Settings {
-    /// The cas unique a reply shows for an item whose cas is `cas`. memcached started
-    /// with `-C` keeps no cas in its items and shows 0 for every one. ferrocache keeps
+    /// `cas` as memcached's item would hold it: itself, or 0 under `-C`, whose items
+    /// have no cas. Replies show this, and a cas that memcached would only set on the
+    /// new item (a binary store's, an `ms` append's) is dropped by it. ferrocache keeps
     /// the cas anyway (its `flush_all` and its read-modify-write retries use it), so
     /// `-C` only changes what replies show and what requests compare (docs/protocol.md).
     #[inline(always)]
     #[must_use]
-    pub fn shown_cas(&self, cas: u64) -> u64 {
+    pub fn item_cas(&self, cas: u64) -> u64 {
         if self.cas_enabled {
             cas
         } else {
@@ -348,7 +349,7 @@ impl Settings {
             + if self.cas_enabled {
                 0
             } else {
-                crate::exec::MEMCACHED_CAS_BYTES
+                storage::MEMCACHED_CAS_BYTES
             }
     }
 

@@ -59,7 +59,7 @@ impl Dump {
             let more = exec
                 .store()
                 .dump(&mut self.cursor, now, POSITIONS_PER_CALL, |mut item| {
-                    item.cas = settings.shown_cas(item.cas);
+                    item.cas = settings.item_cas(item.cas);
                     let size = memcached_item_size(
                         item.key.len(),
                         item.flags,

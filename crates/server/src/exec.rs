@@ -53,9 +53,6 @@ pub enum Flow {
     Dump,
 }
 
-/// The cas in memcached's item header, which its items lack under `-C`.
-pub const MEMCACHED_CAS_BYTES: usize = 8;
-
 /// memcached's `ITEM_ntotal`, the bytes memcached would take for an item: its
 /// header (48 bytes), the key and its NUL, the flags suffix when non-zero, the
 /// value and its `\r\n`, and the 8-byte cas unless `-C` (`cas` false). What `me`
@@ -64,7 +61,7 @@ pub const MEMCACHED_CAS_BYTES: usize = 8;
 pub fn memcached_item_size(key_len: usize, flags: u32, len: usize, cas: bool) -> usize {
     const ITEM_HEADER_BYTES: usize = 48;
     let suffix = if flags == 0 { 0 } else { 4 };
-    let cas = if cas { MEMCACHED_CAS_BYTES } else { 0 };
+    let cas = if cas { storage::MEMCACHED_CAS_BYTES } else { 0 };
     ITEM_HEADER_BYTES + key_len + 1 + suffix + len + 2 + cas
 }
 
@@ -840,7 +837,7 @@ impl Visit for ComposeValue<'_> {
         if !self.discard {
             let cas = self
                 .with_cas
-                .then(|| self.exec.shared.settings.shown_cas(item.cas));
+                .then(|| self.exec.shared.settings.item_cas(item.cas));
             if item.value.len() >= self.splice_min
                 && splice_value(
                     self.exec,

@@ -202,7 +202,7 @@ fn meta_get(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
                             push_num(out, it.exptime().wrapping_sub(now));
                         }
                     }
-                    b'c' => push_flag_num(out, b'c', exec.shared.settings.shown_cas(it.cas())),
+                    b'c' => push_flag_num(out, b'c', exec.shared.settings.item_cas(it.cas())),
                     b'f' => push_flag_num(out, b'f', it.flags()),
                     b'l' => push_flag_num(out, b'l', now.wrapping_sub(it.time())),
                     b'h' => push_flag_num(out, b'h', u8::from(it.fetched())),
@@ -310,11 +310,7 @@ fn meta_set(exec: &Exec<'_>, req: &MetaRequest<'_>, data: &[u8], out: &mut Vec<u
             exptime: o.ttl.map_or(0, |t| realtime(clock, t, now)),
             value: &data[..len],
             // Under -C an append's cas is not checked, as in memcached.
-            append_cas: if exec.shared.settings.cas_enabled {
-                cas_in
-            } else {
-                0
-            },
+            append_cas: exec.shared.settings.item_cas(cas_in),
             invalidate: o.invalidate && is_cas,
             key_binary: o.base64,
         },
@@ -362,7 +358,7 @@ fn meta_set(exec: &Exec<'_>, req: &MetaRequest<'_>, data: &[u8], out: &mut Vec<u
                 out.extend_from_slice(t);
             }
             b'k' => push_key(out, key, o.base64),
-            b'c' => push_flag_num(out, b'c', exec.shared.settings.shown_cas(cas)),
+            b'c' => push_flag_num(out, b'c', exec.shared.settings.item_cas(cas)),
             _ => {}
         }
     }
@@ -389,7 +385,7 @@ fn meta_delete(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let ttl = o.ttl.map(|t| realtime(clock, t, now));
     let (first, done) = exec.shared.store.meta_get(key, false, now, |it, _| {
         if o.cas
-            .is_some_and(|c| c != exec.shared.settings.shown_cas(it.cas()))
+            .is_some_and(|c| c != exec.shared.settings.item_cas(it.cas()))
         {
             return Deleted::CasMismatch;
         }
@@ -549,7 +545,7 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     }
     for t in req.flags() {
         match t[0] {
-            b'c' => push_flag_num(out, b'c', exec.shared.settings.shown_cas(cas)),
+            b'c' => push_flag_num(out, b'c', exec.shared.settings.item_cas(cas)),
             b't' => {
                 out.extend_from_slice(b" t");
                 if exptime == 0 {
@@ -605,7 +601,7 @@ fn meta_debug(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(b" la=");
         push_num(out, now.wrapping_sub(it.time()));
         out.extend_from_slice(b" cas=");
-        push_num(out, exec.shared.settings.shown_cas(it.cas()));
+        push_num(out, exec.shared.settings.item_cas(it.cas()));
         out.extend_from_slice(if it.fetched() {
             b" fetch=yes cls="
         } else {

@@ -47,7 +47,9 @@ mod table;
 
 pub use meta::{ItemMut, MetaArith, MetaStore};
 pub use pin::{Origin, ValuePin};
-pub use store::{KeyHash, Peeked, Store, StoreBuilder, Visit, PREFETCH_DISTANCE};
+pub use store::{
+    KeyHash, Peeked, Store, StoreBuilder, Visit, MEMCACHED_CAS_BYTES, PREFETCH_DISTANCE,
+};
 
 /// Seconds of server uptime. The server's clock starts at 1, so 0 never means "now".
 /// As an exptime, 0 means "never expires".

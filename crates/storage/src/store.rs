@@ -43,7 +43,7 @@ pub const MIN_SEGMENT_BYTES: usize = 1 << 20;
 /// that the size limit falls on exactly the same byte as memcached's.
 pub const MEMCACHED_ITEM_OVERHEAD_BYTES: usize = 59;
 /// The part of [`MEMCACHED_ITEM_OVERHEAD_BYTES`] that is the cas, absent under `-C`.
-const MEMCACHED_CAS_BYTES: usize = 8;
+pub const MEMCACHED_CAS_BYTES: usize = 8;
 
 const SEGMENT_ROUND_BYTES: usize = 4096;
 const MAX_SHARDS: usize = 4096;
@@ -442,7 +442,7 @@ impl Store {
     }
 
     /// Whether item memory is locked into RAM (see [`StoreBuilder::lock_memory`]).
-    pub fn lock_memory(&self) -> bool {
+    pub(crate) fn lock_memory(&self) -> bool {
         self.lock_memory
     }
 
