@@ -311,6 +311,8 @@ pub enum ErrorReply {
     StatsDetailUsage,
     /// `BADCLASS invalid class id` (`lru_crawler metadump`)
     BadClass,
+    /// `CLIENT_ERROR sleep must be one second or less` (`lru_crawler sleep`)
+    CrawlerSleepTooLong,
 }
 
 impl ErrorReply {
@@ -330,6 +332,9 @@ impl ErrorReply {
             ErrorReply::ShutdownMode => b"CLIENT_ERROR invalid shutdown mode\r\n",
             ErrorReply::StatsDetailUsage => b"CLIENT_ERROR usage: stats detail on|off|dump\r\n",
             ErrorReply::BadClass => b"BADCLASS invalid class id\r\n",
+            ErrorReply::CrawlerSleepTooLong => {
+                b"CLIENT_ERROR sleep must be one second or less\r\n"
+            }
         }
     }
 }
@@ -418,6 +423,14 @@ pub enum Request<'a> {
         megabytes: u32,
         noreply: bool,
     },
+    /// `lru_crawler enable|disable|sleep N|tocrawl N|crawl <classes>` (not `metadump`).
+    LruCrawler(CrawlerCommand),
+    /// `slabs reassign|automove ...` and `lru tune|mode|temp_ttl ...`; `noreply`
+    /// suppresses whatever they answer, errors included, as in memcached.
+    Tune {
+        command: TuneCommand,
+        noreply: bool,
+    },
     /// A reply decided by the line alone; `noreply` suppresses it.
     Invalid {
         reply: ErrorReply,
@@ -441,6 +454,53 @@ impl DumpClasses {
     pub fn contains(self, id: u32) -> bool {
         id < 64 && self.0 & (1 << id) != 0
     }
+}
+
+/// `lru_crawler` sub-commands other than `metadump`, as memcached 1.6.18 parses them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CrawlerCommand {
+    Enable,
+    Disable,
+    /// `sleep <microseconds>`, at most one second (checked here).
+    Sleep(u32),
+    /// `tocrawl <items>`: items checked per crawl at most, 0 for no limit.
+    Tocrawl(u32),
+    /// `crawl <classes>`: reclaim expired items now. [`CrawlTarget`] says what the
+    /// class list was.
+    Crawl(CrawlTarget),
+}
+
+/// The class list of `lru_crawler crawl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrawlTarget {
+    Classes(DumpClasses),
+    /// A bad class id: `BADCLASS invalid class id`.
+    BadClass,
+    /// `hash`, which only `metadump` takes: `ERROR an unknown error happened`.
+    Hash,
+}
+
+/// `slabs` and `lru` tuning commands. Their arguments are kept as memcached reads
+/// them; the replies are decided where the settings live.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TuneCommand {
+    /// `slabs reassign <src> <dst>`; `None` when either is not a number.
+    SlabsReassign(Option<(i32, i32)>),
+    /// `slabs automove <0|1|2>`.
+    SlabsAutomove(u32),
+    /// `slabs automove ratio <ratio>`.
+    SlabsAutomoveRatio(f64),
+    /// `lru tune <hot pct> <warm pct> <hot max factor> <warm max factor>`.
+    LruTune {
+        hot_pct: u32,
+        warm_pct: u32,
+        hot_factor: f64,
+        warm_factor: f64,
+    },
+    /// `lru mode flat|segmented`: `Some(true)` for segmented, `None` for another word.
+    LruMode(Option<bool>),
+    /// `lru temp_ttl <seconds>`; `None` when not a number.
+    LruTempTtl(Option<i32>),
 }
 
 /// memcached's class list: `all`, `hash`, or class ids joined by commas (empty items
@@ -517,6 +577,9 @@ pub fn parse_request(line: &[u8]) -> Request<'_> {
         (11, b"lru_crawler") if ntokens == 4 && t.get(1) == b"metadump" => {
             parse_dump_classes(t.get(2))
         }
+        (11, b"lru_crawler") => parse_lru_crawler(&t),
+        (5, b"slabs") => parse_slabs(&t),
+        (3, b"lru") => parse_lru(&t),
         _ => {
             if t.get(t.len() - 1).starts_with(b"HTTP/") {
                 Request::Close
@@ -758,6 +821,106 @@ fn parse_memlimit<'a>(t: &Tokens<'a>) -> Request<'a> {
     }
 }
 
+/// `lru_crawler` without `metadump`: memcached's `process_lru_crawler_command`.
+fn parse_lru_crawler<'a>(t: &Tokens<'a>) -> Request<'a> {
+    let ntokens = t.len() + 1;
+    let command = match (ntokens, t.get(1)) {
+        (4, b"crawl") => CrawlerCommand::Crawl(match parse_dump_classes(t.get(2)) {
+            _ if t.get(2) == b"hash" => CrawlTarget::Hash,
+            Request::MetaDump(Some(classes)) => CrawlTarget::Classes(classes),
+            _ => CrawlTarget::BadClass,
+        }),
+        (4, b"tocrawl") => match safe_strtoul(t.get(2)) {
+            Some(n) => CrawlerCommand::Tocrawl(n),
+            None => return invalid(ErrorReply::BadFormat),
+        },
+        (4, b"sleep") => match safe_strtoul(t.get(2)) {
+            Some(us) if us <= 1_000_000 => CrawlerCommand::Sleep(us),
+            Some(_) => return invalid(ErrorReply::CrawlerSleepTooLong),
+            None => return invalid(ErrorReply::BadFormat),
+        },
+        (3, b"enable") => CrawlerCommand::Enable,
+        (3, b"disable") => CrawlerCommand::Disable,
+        _ => return invalid(ErrorReply::Error),
+    };
+    Request::LruCrawler(command)
+}
+
+/// `slabs reassign|automove`: memcached's `process_slabs_command`. Only `automove`
+/// takes `noreply`.
+fn parse_slabs<'a>(t: &Tokens<'a>) -> Request<'a> {
+    let ntokens = t.len() + 1;
+    if ntokens == 5 && t.get(1) == b"reassign" {
+        let pair = safe_strtol(t.get(2)).zip(safe_strtol(t.get(3)));
+        return Request::Tune {
+            command: TuneCommand::SlabsReassign(pair),
+            noreply: false,
+        };
+    }
+    if ntokens < 4 || t.get(1) != b"automove" {
+        return invalid(ErrorReply::Error);
+    }
+    let noreply = t.last_is_noreply();
+    let fail = |reply| Request::Invalid { reply, noreply };
+    let command = if t.get(2) == b"ratio" {
+        match (ntokens >= 5).then(|| safe_strtod(t.get(3))).flatten() {
+            Some(ratio) => TuneCommand::SlabsAutomoveRatio(ratio),
+            None => return fail(ErrorReply::Error),
+        }
+    } else {
+        match safe_strtoul(t.get(2)) {
+            Some(level @ 0..=2) => TuneCommand::SlabsAutomove(level),
+            Some(_) => return fail(ErrorReply::Error),
+            None => return fail(ErrorReply::BadFormat),
+        }
+    };
+    Request::Tune { command, noreply }
+}
+
+/// `lru tune|mode|temp_ttl`: memcached's `process_lru_command`. The range checks of
+/// `tune` and whether `mode` and `temp_ttl` are allowed are left to the caller.
+fn parse_lru<'a>(t: &Tokens<'a>) -> Request<'a> {
+    let ntokens = t.len() + 1;
+    if ntokens < 3 {
+        return invalid(ErrorReply::Error);
+    }
+    let noreply = t.last_is_noreply();
+    let command = match t.get(1) {
+        b"tune" if ntokens >= 7 => {
+            let parsed = (|| {
+                Some(TuneCommand::LruTune {
+                    hot_pct: safe_strtoul(t.get(2))?,
+                    warm_pct: safe_strtoul(t.get(3))?,
+                    hot_factor: safe_strtod(t.get(4))?,
+                    warm_factor: safe_strtod(t.get(5))?,
+                })
+            })();
+            match parsed {
+                Some(command) => command,
+                None => {
+                    return Request::Invalid {
+                        reply: ErrorReply::Error,
+                        noreply,
+                    }
+                }
+            }
+        }
+        b"mode" if ntokens >= 4 => TuneCommand::LruMode(match t.get(2) {
+            b"flat" => Some(false),
+            b"segmented" => Some(true),
+            _ => None,
+        }),
+        b"temp_ttl" if ntokens >= 4 => TuneCommand::LruTempTtl(safe_strtol(t.get(2))),
+        _ => {
+            return Request::Invalid {
+                reply: ErrorReply::Error,
+                noreply,
+            }
+        }
+    };
+    Request::Tune { command, noreply }
+}
+
 fn parse_stats<'a>(t: &Tokens<'a>) -> Request<'a> {
     if t.len() == 1 {
         return Request::Stats(StatsGroup::General);
@@ -870,6 +1033,25 @@ pub fn safe_strtol(s: &[u8]) -> Option<i32> {
         magnitude as i64
     };
     Some(value as i32)
+}
+
+/// memcached's `safe_strtod`: C's `strtod`, the whole token a number, not out of
+/// range. Decimal and `inf`/`nan` forms as Rust reads them; C's hexadecimal floats are
+/// refused (no client sends one to a tuning command).
+#[must_use]
+pub fn safe_strtod(s: &[u8]) -> Option<f64> {
+    let start = s.iter().position(|&b| !is_c_space(b))?;
+    let text = std::str::from_utf8(&s[start..]).ok()?;
+    let v: f64 = text.parse().ok()?;
+    let digits = text.trim_start_matches(['+', '-']);
+    let literal_inf = digits.eq_ignore_ascii_case("inf") || digits.eq_ignore_ascii_case("infinity");
+    // strtod sets ERANGE on overflow and on underflow of a non-zero mantissa.
+    let mantissa = digits.split(['e', 'E']).next().unwrap_or("");
+    let nonzero = mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b));
+    if (v.is_infinite() && !literal_inf) || (v == 0.0 && nonzero && !digits.contains(['n', 'N'])) {
+        return None;
+    }
+    Some(v)
 }
 
 #[cfg(test)]

@@ -812,6 +812,7 @@ mod tests {
             ascii_auth: None,
             sasl: None,
             prefixes: crate::prefix::PrefixStats::new(b':'),
+            crawler: crate::crawler::Crawler::default(),
             settings,
         };
         (shared, stats)

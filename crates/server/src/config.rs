@@ -168,36 +168,20 @@ struct Args {
 }
 
 /// memcached `-o` options that tune its own internals. They are accepted and
-/// listed in `stats settings`, and change nothing here.
+/// listed in `stats settings`, and change nothing here. The crawler, slab and LRU
+/// options are read by `crawler.rs` ([`crate::crawler::TUNABLE_OPTIONS`]).
 const INERT_OPTIONS: &[&str] = &[
     "maxconns_fast",
     "no_maxconns_fast",
     "hashpower",
     "tail_repair_time",
-    "no_lru_crawler",
-    "lru_crawler",
-    "lru_crawler_sleep",
-    "lru_crawler_tocrawl",
-    "no_lru_maintainer",
-    "lru_maintainer",
-    "hot_lru_pct",
-    "warm_lru_pct",
-    "hot_max_factor",
-    "warm_max_factor",
-    "temporary_ttl",
     "idle_timeout",
     "watcher_logbuf_size",
     "worker_logbuf_size",
     "read_buf_mem_limit",
     "resp_obj_mem_limit",
-    "slab_reassign",
-    "no_slab_reassign",
-    "slab_automove",
-    "slab_automove_ratio",
     "slab_automove_window",
     "slab_chunk_max",
-    "lru_segmented",
-    "no_lru_segmented",
     "track_sizes",
     "no_hashexpand",
     "hash_algorithm",
@@ -478,7 +462,8 @@ impl Settings {
         for group in &a.extended {
             for opt in group.split(',').filter(|s| !s.is_empty()) {
                 let (key, value) = opt.split_once('=').unwrap_or((opt, ""));
-                if !INERT_OPTIONS.contains(&key) {
+                if !INERT_OPTIONS.contains(&key) && !crate::crawler::TUNABLE_OPTIONS.contains(&key)
+                {
                     bail!("Illegal suboption \"{opt}\"");
                 }
                 if key == "idle_timeout" {

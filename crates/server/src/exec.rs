@@ -37,6 +37,8 @@ pub struct Shared {
     pub ascii_auth: Option<crate::auth::AuthFile>,
     /// `stats detail`: counters per key prefix (`prefix.rs`).
     pub prefixes: crate::prefix::PrefixStats,
+    /// The expired-item crawler and memcached's tuning settings (`crawler.rs`).
+    pub crawler: crate::crawler::Crawler,
 }
 
 /// What the connection must do after a request.
@@ -261,16 +263,26 @@ impl Exec<'_> {
                     return Flow::Dump;
                 }
             }
+            Request::LruCrawler(command) => {
+                out.extend_from_slice(self.shared.crawler.command(command));
+            }
+            Request::Tune { command, noreply } => {
+                reply(out, noreply, self.shared.crawler.tune(command));
+            }
         }
         Flow::Continue
     }
 
     /// `lru_crawler metadump`: whether to run it, having written why not otherwise:
-    /// dumps are off (`-X`), the class list is bad, or the request came over UDP, whose
+    /// the crawler is disabled, dumps are off (`-X`), the class list is bad, or the request came over UDP, whose
     /// one-datagram-per-reply framing a dump does not fit.
     #[cold]
     #[inline(never)]
     fn admit_dump(&self, classes: Option<protocol::text::DumpClasses>, out: &mut Vec<u8>) -> bool {
+        if !self.shared.crawler.enabled() {
+            out.extend_from_slice(b"CLIENT_ERROR lru crawler disabled\r\n");
+            return false;
+        }
         if !self.shared.settings.dump_enabled {
             out.extend_from_slice(b"ERROR metadump not allowed\r\n");
             return false;

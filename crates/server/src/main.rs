@@ -22,6 +22,7 @@ mod binary;
 mod clock;
 mod config;
 mod conn;
+mod crawler;
 mod dump;
 mod exec;
 mod meta;
@@ -129,6 +130,9 @@ fn real_main() -> Result<()> {
         sasl,
         ascii_auth,
         prefixes: prefix::PrefixStats::new(settings.prefix_delimiter()),
+        crawler: crawler::Crawler::new(
+            crawler::Tunables::from_options(&settings.extended).map_err(anyhow::Error::msg)?,
+        ),
         settings,
     });
     let served = runtime::run(shared.clone(), worker_stats);

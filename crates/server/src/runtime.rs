@@ -188,6 +188,12 @@ pub fn run(shared: Arc<Shared>, worker_stats: Vec<Arc<WorkerStats>>) -> Result<(
             .name("maintenance".into())
             .spawn(move || maintenance_loop(&shared))?
     };
+    let crawler = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("crawler".into())
+            .spawn(move || crate::crawler::crawler_loop(&shared))?
+    };
 
     let sig = crate::sys::wait_for_shutdown_signal();
     if shared.settings.verbose > 0 {
@@ -201,6 +207,8 @@ pub fn run(shared: Arc<Shared>, worker_stats: Vec<Arc<WorkerStats>>) -> Result<(
         let _ = h.join();
     }
     let _ = maintenance.join();
+    shared.crawler.wake_for_shutdown();
+    let _ = crawler.join();
     Ok(())
 }
 
@@ -224,7 +232,8 @@ pub(crate) fn clear_wake(wake: &File) {
     let _ = (&*wake).read(&mut counter);
 }
 
-/// Once a second: advance the clock and reclaim some expired items.
+/// Once a second: advance the clock and, while the LRU crawler is enabled (see
+/// `crawler.rs`), reclaim some expired items.
 fn maintenance_loop(shared: &Shared) {
     const SWEEP_ITEMS_PER_TICK: usize = 100_000;
     while !shared.shutting_down.load(Ordering::Relaxed) {
@@ -236,9 +245,12 @@ fn maintenance_loop(shared: &Shared) {
             }
         }
         shared.clock.tick();
-        shared
-            .store
-            .sweep_expired(shared.clock.now(), SWEEP_ITEMS_PER_TICK);
+        if shared.crawler.enabled() {
+            let swept = shared
+                .store
+                .sweep_expired(shared.clock.now(), SWEEP_ITEMS_PER_TICK);
+            shared.crawler.record(swept);
+        }
     }
 }
 

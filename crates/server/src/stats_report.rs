@@ -93,6 +93,10 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     );
     o.num("threads", settings.threads);
     o.num("conn_yields", c.conn_yields);
+    let (crawler_running, crawler_starts, crawler_reclaimed, crawler_checked) =
+        shared.crawler.counters();
+    o.num("lru_crawler_running", u8::from(crawler_running));
+    o.num("lru_crawler_starts", crawler_starts);
     o.num("bytes", store.bytes);
     o.num("curr_items", store.curr_items);
     o.num("total_items", store.total_items);
@@ -100,7 +104,18 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("evicted_unfetched", store.evicted_unfetched);
     o.num("evictions", store.evictions);
     o.num("reclaimed", store.reclaimed);
+    o.num("crawler_reclaimed", crawler_reclaimed);
+    o.num("crawler_items_checked", crawler_checked);
     o.end();
+}
+
+/// C's `%.2f`: as Rust's `{:.2}`, except that NaN prints as `nan`.
+fn c_fixed2(v: f64) -> String {
+    if v.is_nan() {
+        "nan".to_string()
+    } else {
+        format!("{v:.2}")
+    }
 }
 
 /// The `stats settings` reply.
@@ -151,8 +166,23 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
         shared.ascii_auth.as_ref().map_or("no", |a| a.path()),
     );
     o.num("item_size_max", s.item_size_max_bytes);
+    let t = shared.crawler.tunables();
+    o.yes_no("slab_reassign", t.slab_reassign);
+    o.num("slab_automove", t.slab_automove);
+    o.str("slab_automove_ratio", &c_fixed2(t.slab_automove_ratio));
+    o.yes_no("lru_crawler", t.lru_crawler);
+    o.num("lru_crawler_sleep", t.crawler_sleep_us);
+    o.num("lru_crawler_tocrawl", t.crawler_tocrawl);
     o.yes_no("flush_enabled", s.flush_enabled);
     o.yes_no("dump_enabled", s.dump_enabled);
+    o.yes_no("lru_maintainer_thread", t.lru_maintainer);
+    o.yes_no("lru_segmented", t.lru_segmented);
+    o.num("hot_lru_pct", t.hot_lru_pct);
+    o.num("warm_lru_pct", t.warm_lru_pct);
+    o.str("hot_max_factor", &c_fixed2(t.hot_max_factor));
+    o.str("warm_max_factor", &c_fixed2(t.warm_max_factor));
+    o.yes_no("temp_lru", t.temp_lru);
+    o.num("temporary_ttl", t.temporary_ttl);
     o.yes_no("watch_enabled", s.watch_enabled);
     o.num("idle_timeout", s.idle_timeout_secs);
     o.str("io_backend", s.io_backend.name());
@@ -166,7 +196,8 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
         s.zero_copy_min_for(s.io_backend).unwrap_or(0),
     );
     for (key, value) in &s.extended {
-        if key != "idle_timeout" {
+        // The crawler, slab and LRU options are shown above, as they are now.
+        if key != "idle_timeout" && !crate::crawler::TUNABLE_OPTIONS.contains(&key.as_str()) {
             o.str(key, if value.is_empty() { "yes" } else { value });
         }
     }

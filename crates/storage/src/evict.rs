@@ -26,13 +26,14 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::index::{pack, Shard};
+use crate::index::{pack, Shard, ShardStats};
+use crate::table::IndexTable;
 use crate::item::{
     self, Header, Prefix, MARK_ACCESSED, MARK_FETCHED, MUT_LEN, MUT_START, PREFIX_BYTES,
 };
 use crate::pool::{writer_id, Reservation};
 use crate::store::{Liveness, Store};
-use crate::{DumpCursor, DumpItem, RelTime};
+use crate::{DumpCursor, DumpItem, RelTime, Swept};
 
 /// Sealed segments, oldest first, that [`Store::take_dead_segment`] looks at: a bound on
 /// the scan made once per segment filled, whatever the memory size.
@@ -438,15 +439,17 @@ impl Store {
 
     /// Background step for the server's maintenance thread (about once a second): walk a
     /// bounded slice of the index and unlink up to `max_items` expired or flushed items.
-    /// Returns how many it unlinked. Resumes where the last call stopped.
+    /// Returns how many items it looked at and unlinked. Resumes where the last call
+    /// stopped.
     ///
     /// One call examines `4 * max_items` index buckets, clamped to 64 Ki..256 Ki, taking
     /// each shard lock for at most 512 buckets at a time.
-    pub fn sweep_expired(&self, now: RelTime, max_items: usize) -> usize {
+    pub fn sweep_expired(&self, now: RelTime, max_items: usize) -> Swept {
         let mut budget = max_items
             .saturating_mul(4)
             .clamp(SWEEP_MIN_BUCKETS, SWEEP_MAX_BUCKETS);
         let mut removed = 0;
+        let mut checked = 0;
         let mut shards_done = 0;
         while budget > 0 && removed < max_items && shards_done <= self.shards.len() {
             let si = self.sweep_shard.load(Ordering::Relaxed) & self.shard_mask;
@@ -462,14 +465,8 @@ impl Store {
             let mut i = start;
             while i < end && removed < max_items {
                 if let Some(e) = table.get(i) {
-                    let hdr = self.header(e);
-                    if self.liveness(&hdr, now) != Liveness::Live {
-                        table.remove(i, self.hash_entry(e));
-                        self.unlinked(stats, e);
-                        stats.reclaimed += 1;
-                        if hdr.mark & MARK_FETCHED == 0 {
-                            stats.expired_unfetched += 1;
-                        }
+                    checked += 1;
+                    if self.unlink_if_dead(table, stats, i, e, now) {
                         removed += 1;
                     }
                 }
@@ -484,6 +481,80 @@ impl Store {
                 *sweep_bucket = i;
             }
         }
-        removed
+        Swept {
+            checked,
+            unlinked: removed,
+        }
     }
+
+    /// One step of a crawl that `lru_crawler crawl` asked for: from `cursor` on, walk
+    /// about `max_positions` index positions, each shard's in chunks of at most
+    /// [`SWEEP_CHUNK_BUCKETS`] under its lock, and unlink the expired and flushed items
+    /// found. `more` is false once every shard has been walked (the cursor is then spent).
+    /// Unlike [`Store::sweep_expired`] it has its own cursor, so a crawl covers the whole
+    /// index once, whatever the background sweep is doing.
+    pub fn crawl(&self, cursor: &mut DumpCursor, now: RelTime, max_positions: usize) -> Crawl {
+        let mut swept = Swept::default();
+        let mut budget = max_positions.max(1);
+        while budget > 0 {
+            if cursor.shard >= self.shards.len() {
+                return Crawl { swept, more: false };
+            }
+            let mut shard = self.shard_at(cursor.shard).lock();
+            let Shard { table, stats, .. } = &mut *shard;
+            let positions = table.positions();
+            let start = cursor.position.min(positions);
+            let end = (start + SWEEP_CHUNK_BUCKETS.min(budget)).min(positions);
+            for i in start..end {
+                if let Some(e) = table.get(i) {
+                    swept.checked += 1;
+                    if self.unlink_if_dead(table, stats, i, e, now) {
+                        swept.unlinked += 1;
+                    }
+                }
+            }
+            drop(shard);
+            budget = budget.saturating_sub(end - start + 1);
+            if end >= positions {
+                cursor.shard += 1;
+                cursor.position = 0;
+            } else {
+                cursor.position = end;
+            }
+        }
+        Crawl {
+            swept,
+            more: cursor.shard < self.shards.len(),
+        }
+    }
+
+    /// Unlink the item at index position `i` (entry `e`) if it expired or was flushed,
+    /// counting it as reclaimed. The caller holds the shard lock that owns `table`.
+    fn unlink_if_dead(
+        &self,
+        table: &mut IndexTable,
+        stats: &mut ShardStats,
+        i: usize,
+        e: u64,
+        now: RelTime,
+    ) -> bool {
+        let hdr = self.header(e);
+        if self.liveness(&hdr, now) == Liveness::Live {
+            return false;
+        }
+        table.remove(i, self.hash_entry(e));
+        self.unlinked(stats, e);
+        stats.reclaimed += 1;
+        if hdr.mark & MARK_FETCHED == 0 {
+            stats.expired_unfetched += 1;
+        }
+        true
+    }
+}
+
+/// What one [`Store::crawl`] step did, and whether the crawl has more to walk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Crawl {
+    pub swept: Swept,
+    pub more: bool,
 }

@@ -45,6 +45,7 @@ mod spin;
 pub mod store;
 mod table;
 
+pub use evict::Crawl;
 pub use meta::{ItemMut, MetaArith, MetaStore};
 pub use pin::{Origin, ValuePin};
 pub use store::{
@@ -72,11 +73,21 @@ pub struct ItemRef<'a> {
     pub origin: Origin,
 }
 
-/// Where an item dump ([`Store::dump`]) resumes; `DumpCursor::default()` starts one.
+/// Where a walk over the index ([`Store::dump`], [`Store::crawl`]) resumes;
+/// `DumpCursor::default()` starts one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DumpCursor {
     pub(crate) shard: usize,
     pub(crate) position: usize,
+}
+
+/// What one step of an expired-item sweep ([`Store::sweep_expired`], [`Store::crawl`])
+/// did: items looked at, and how many of them it unlinked because they had expired or
+/// were flushed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub checked: usize,
+    pub unlinked: usize,
 }
 
 /// One live item as [`Store::dump`] shows it, valid only inside the callback.

@@ -1997,7 +1997,7 @@ mod tests {
         set(&s, b"c", b"3");
         assert!(get(&s, b"c", NOW).is_some());
         assert!(get(&s, b"c", NOW + 10).is_some());
-        assert_eq!(s.sweep_expired(NOW, 100), 0);
+        assert_eq!(s.sweep_expired(NOW, 100).unlinked, 0);
     }
 
     #[test]
@@ -2039,11 +2039,11 @@ mod tests {
                 NOW,
             );
         }
-        assert_eq!(s.sweep_expired(NOW, 10_000), 0);
-        assert_eq!(s.sweep_expired(NOW + 1, 100), 100);
+        assert_eq!(s.sweep_expired(NOW, 10_000).unlinked, 0);
+        assert_eq!(s.sweep_expired(NOW + 1, 100).unlinked, 100);
         let mut total = 100;
         for _ in 0..100 {
-            total += s.sweep_expired(NOW + 1, 10_000);
+            total += s.sweep_expired(NOW + 1, 10_000).unlinked;
         }
         assert_eq!(total, 500);
         let st = s.stats();

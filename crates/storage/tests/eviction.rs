@@ -175,7 +175,7 @@ fn no_evictions_mode_returns_no_memory_when_full() {
     {
         i += 1;
     }
-    while s.sweep_expired(NOW + 1, 1000) > 0 {}
+    while s.sweep_expired(NOW + 1, 1000).unlinked > 0 {}
     assert_eq!(
         s.store(StoreMode::Set, b"fresh", 0, 0, &value, NOW + 1),
         StoreOutcome::Stored

@@ -1,0 +1,461 @@
+//! memcached's run-time tuning commands: `lru_crawler enable|disable|sleep|tocrawl|crawl`,
+//! `slabs reassign|automove` and `lru tune|mode|temp_ttl`, with memcached 1.6.18's
+//! replies, and the crawler thread that `lru_crawler crawl` wakes.
+//!
+//! ferrocache's LRU crawler is its expired-item sweep. The maintenance thread runs
+//! a bounded slice of it every second while the crawler is enabled (`-o
+//! no_lru_crawler` and `lru_crawler disable` stop it, as they stop memcached's
+//! crawler). `lru_crawler crawl` starts a full pass over the index on the crawler
+//! thread, at most `tocrawl` items (0: no limit), sleeping `sleep` microseconds after
+//! every 1 000 items, as memcached's crawler does. There are no slab classes here, so
+//! a crawl of some classes walks every item.
+//!
+//! The slab and LRU settings (`slabs automove`, `lru tune`, ...) are kept and shown
+//! in `stats settings`, and replies follow memcached's checks exactly, but they do not
+//! change how ferrocache's segments are evicted: there is no slab class to move pages
+//! between and no hot/warm/cold LRU to tune. `slabs reassign` therefore answers as
+//! memcached does for a class with no spare page.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use protocol::text::{CrawlTarget, CrawlerCommand, TuneCommand};
+use storage::DumpCursor;
+
+use crate::exec::Shared;
+
+/// Items a requested crawl checks between two of its `lru_crawler sleep` pauses
+/// (memcached's `crawls_persleep`).
+const ITEMS_PER_SLEEP: usize = 1000;
+
+/// Index positions a crawl step walks: a shard lock is held for at most 512 of them.
+const CRAWL_STEP_POSITIONS: usize = 2048;
+
+/// The largest slab class id memcached 1.6.18 has with its default `-n 48 -f 1.25` and
+/// 1 MiB pages: the highest that `slabs reassign` takes.
+pub const MEMCACHED_LARGEST_CLASS: i32 = 39;
+
+/// The tunable settings, as `stats settings` shows them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tunables {
+    pub lru_crawler: bool,
+    pub crawler_sleep_us: u32,
+    pub crawler_tocrawl: u32,
+    pub slab_reassign: bool,
+    pub slab_automove: u32,
+    pub slab_automove_ratio: f64,
+    pub lru_maintainer: bool,
+    pub lru_segmented: bool,
+    pub hot_lru_pct: u32,
+    pub warm_lru_pct: u32,
+    pub hot_max_factor: f64,
+    pub warm_max_factor: f64,
+    pub temp_lru: bool,
+    pub temporary_ttl: i32,
+}
+
+impl Default for Tunables {
+    /// memcached 1.6.18's defaults.
+    fn default() -> Self {
+        Tunables {
+            lru_crawler: true,
+            crawler_sleep_us: 100,
+            crawler_tocrawl: 0,
+            slab_reassign: true,
+            slab_automove: 1,
+            slab_automove_ratio: 0.8,
+            lru_maintainer: true,
+            lru_segmented: true,
+            hot_lru_pct: 20,
+            warm_lru_pct: 40,
+            hot_max_factor: 0.2,
+            warm_max_factor: 2.0,
+            temp_lru: false,
+            temporary_ttl: 61,
+        }
+    }
+}
+
+/// The `-o` options that set [`Tunables`]; the rest of `-o` is handled in `config.rs`.
+pub const TUNABLE_OPTIONS: &[&str] = &[
+    "lru_crawler",
+    "no_lru_crawler",
+    "lru_crawler_sleep",
+    "lru_crawler_tocrawl",
+    "slab_reassign",
+    "no_slab_reassign",
+    "slab_automove",
+    "slab_automove_ratio",
+    "lru_maintainer",
+    "no_lru_maintainer",
+    "lru_segmented",
+    "no_lru_segmented",
+    "hot_lru_pct",
+    "warm_lru_pct",
+    "hot_max_factor",
+    "warm_max_factor",
+    "temporary_ttl",
+];
+
+impl Tunables {
+    /// The settings after memcached's `-o` options `extended` (key, value), in order.
+    pub fn from_options(extended: &[(String, String)]) -> Result<Tunables, String> {
+        let mut t = Tunables::default();
+        for (key, value) in extended {
+            let bad = || format!("bad {key} value {value:?}");
+            let num = |v: &str| v.parse::<u32>().map_err(|_| bad());
+            let float = |v: &str| v.parse::<f64>().map_err(|_| bad());
+            match key.as_str() {
+                "lru_crawler" => t.lru_crawler = true,
+                "no_lru_crawler" => t.lru_crawler = false,
+                "lru_crawler_sleep" => {
+                    t.crawler_sleep_us = num(value)?;
+                    if t.crawler_sleep_us > 1_000_000 {
+                        return Err(bad());
+                    }
+                }
+                "lru_crawler_tocrawl" => t.crawler_tocrawl = num(value)?,
+                "slab_reassign" => t.slab_reassign = true,
+                "no_slab_reassign" => t.slab_reassign = false,
+                "slab_automove" => {
+                    t.slab_automove = num(value)?;
+                    if t.slab_automove > 2 {
+                        return Err(bad());
+                    }
+                }
+                "slab_automove_ratio" => t.slab_automove_ratio = float(value)?,
+                "lru_maintainer" => t.lru_maintainer = true,
+                "no_lru_maintainer" => t.lru_maintainer = false,
+                "lru_segmented" => t.lru_segmented = true,
+                "no_lru_segmented" => t.lru_segmented = false,
+                "hot_lru_pct" => t.hot_lru_pct = num(value)?,
+                "warm_lru_pct" => t.warm_lru_pct = num(value)?,
+                "hot_max_factor" => t.hot_max_factor = float(value)?,
+                "warm_max_factor" => t.warm_max_factor = float(value)?,
+                "temporary_ttl" => {
+                    t.temp_lru = true;
+                    t.temporary_ttl = value.parse().map_err(|_| bad())?;
+                }
+                _ => {}
+            }
+        }
+        Ok(t)
+    }
+}
+
+/// Crawler state shared by the workers, the maintenance thread and the crawler thread.
+#[derive(Default)]
+pub struct Crawler {
+    state: Mutex<State>,
+    /// Signalled when a crawl is asked for, and at shutdown.
+    wake: Condvar,
+    /// Counters for `stats`.
+    starts: AtomicU64,
+    reclaimed: AtomicU64,
+    checked: AtomicU64,
+    running: AtomicBool,
+}
+
+#[derive(Default)]
+struct State {
+    tunables: Tunables,
+    /// A crawl was asked for and the crawler thread has not finished it yet.
+    busy: bool,
+}
+
+impl Crawler {
+    #[must_use]
+    pub fn new(tunables: Tunables) -> Crawler {
+        Crawler {
+            state: Mutex::new(State {
+                tunables,
+                busy: false,
+            }),
+            ..Crawler::default()
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while holding it; a poisoned lock still holds valid settings.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A copy of the current settings.
+    #[must_use]
+    pub fn tunables(&self) -> Tunables {
+        self.state().tunables.clone()
+    }
+
+    /// Whether the crawler (and with it the background expiry sweep) is enabled.
+    #[must_use]
+    pub fn enabled(&self) -> bool {
+        self.state().tunables.lru_crawler
+    }
+
+    /// `lru_crawler_running`, `lru_crawler_starts`, `crawler_reclaimed` and
+    /// `crawler_items_checked` for `stats`.
+    #[must_use]
+    pub fn counters(&self) -> (bool, u64, u64, u64) {
+        (
+            self.running.load(Ordering::Relaxed),
+            self.starts.load(Ordering::Relaxed),
+            self.reclaimed.load(Ordering::Relaxed),
+            self.checked.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Count what a sweep or crawl step did.
+    pub fn record(&self, swept: storage::Swept) {
+        self.reclaimed
+            .fetch_add(swept.unlinked as u64, Ordering::Relaxed);
+        self.checked.fetch_add(swept.checked as u64, Ordering::Relaxed);
+    }
+
+    /// Run an `lru_crawler` command (not `metadump`); returns the reply line.
+    pub fn command(&self, command: CrawlerCommand) -> &'static [u8] {
+        let mut s = self.state();
+        match command {
+            CrawlerCommand::Enable => {
+                if s.tunables.lru_crawler {
+                    return b"ERROR failed to start lru crawler thread\r\n";
+                }
+                s.tunables.lru_crawler = true;
+            }
+            // memcached answers OK to a second `disable` too.
+            CrawlerCommand::Disable => s.tunables.lru_crawler = false,
+            CrawlerCommand::Sleep(us) => s.tunables.crawler_sleep_us = us,
+            CrawlerCommand::Tocrawl(n) => s.tunables.crawler_tocrawl = n,
+            CrawlerCommand::Crawl(target) => {
+                if !s.tunables.lru_crawler {
+                    return b"CLIENT_ERROR lru crawler disabled\r\n";
+                }
+                match target {
+                    CrawlTarget::BadClass => return b"BADCLASS invalid class id\r\n",
+                    CrawlTarget::Hash => return b"ERROR an unknown error happened\r\n",
+                    CrawlTarget::Classes(_) => {}
+                }
+                if s.busy {
+                    return b"BUSY currently processing crawler request\r\n";
+                }
+                s.busy = true;
+                self.wake.notify_all();
+            }
+        }
+        b"OK\r\n"
+    }
+
+    /// Run a `slabs` or `lru` tuning command; returns the reply line.
+    pub fn tune(&self, command: TuneCommand) -> &'static [u8] {
+        let mut s = self.state();
+        let t = &mut s.tunables;
+        match command {
+            TuneCommand::SlabsReassign(pair) => {
+                if !t.slab_reassign {
+                    return b"CLIENT_ERROR slab reassignment disabled\r\n";
+                }
+                let Some((src, dst)) = pair else {
+                    return b"CLIENT_ERROR bad command line format\r\n";
+                };
+                if src == dst {
+                    return b"SAME src and dst class are identical\r\n";
+                }
+                // -1 asks memcached to pick a class with a spare page; with none, it is
+                // left at -1 and refused as a bad class.
+                let valid = 0..=MEMCACHED_LARGEST_CLASS;
+                if !valid.contains(&src) || !valid.contains(&dst) {
+                    return b"BADCLASS invalid src or dst class id\r\n";
+                }
+                return b"NOSPARE source class has no spare pages\r\n";
+            }
+            TuneCommand::SlabsAutomove(level) => t.slab_automove = level,
+            TuneCommand::SlabsAutomoveRatio(ratio) => t.slab_automove_ratio = ratio,
+            TuneCommand::LruTune {
+                hot_pct,
+                warm_pct,
+                hot_factor,
+                warm_factor,
+            } => {
+                // memcached adds the two as uint32_t.
+                if hot_pct.wrapping_add(warm_pct) > 80 {
+                    return b"ERROR hot and warm pcts must not exceed 80\r\n";
+                }
+                if warm_factor <= 0.0 || hot_factor <= 0.0 {
+                    return b"ERROR hot/warm age factors must be greater than 0\r\n";
+                }
+                t.hot_lru_pct = hot_pct;
+                t.warm_lru_pct = warm_pct;
+                t.hot_max_factor = hot_factor;
+                t.warm_max_factor = warm_factor;
+            }
+            // Without the LRU maintainer memcached does not know these two.
+            TuneCommand::LruMode(_) | TuneCommand::LruTempTtl(_) if !t.lru_maintainer => {
+                return b"ERROR\r\n";
+            }
+            TuneCommand::LruMode(mode) => match mode {
+                Some(segmented) => t.lru_segmented = segmented,
+                None => return b"ERROR\r\n",
+            },
+            TuneCommand::LruTempTtl(ttl) => match ttl {
+                Some(ttl) if ttl < 0 => t.temp_lru = false,
+                Some(ttl) => {
+                    t.temp_lru = true;
+                    t.temporary_ttl = ttl;
+                }
+                None => return b"ERROR\r\n",
+            },
+        }
+        b"OK\r\n"
+    }
+
+    /// Wake the crawler thread so it sees shutdown.
+    pub fn wake_for_shutdown(&self) {
+        let _s = self.state();
+        self.wake.notify_all();
+    }
+}
+
+/// The crawler thread: wait for `lru_crawler crawl`, then walk the whole index once,
+/// unlinking expired and flushed items, until shutdown.
+pub fn crawler_loop(shared: &Shared) {
+    let crawler = &shared.crawler;
+    loop {
+        {
+            let mut s = crawler.state();
+            while !s.busy && !shared.shutting_down.load(Ordering::Relaxed) {
+                s = crawler
+                    .wake
+                    .wait_timeout(s, Duration::from_millis(200))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        }
+        if shared.shutting_down.load(Ordering::Relaxed) {
+            return;
+        }
+        crawler.starts.fetch_add(1, Ordering::Relaxed);
+        crawler.running.store(true, Ordering::Relaxed);
+        crawl_once(shared);
+        crawler.running.store(false, Ordering::Relaxed);
+        crawler.state().busy = false;
+    }
+}
+
+/// One requested crawl: the whole index, or `tocrawl` items, pausing as `sleep` says.
+/// Stops early when the crawler is disabled or the server shuts down.
+fn crawl_once(shared: &Shared) {
+    let crawler = &shared.crawler;
+    let mut cursor = DumpCursor::default();
+    let mut since_sleep = 0;
+    let mut checked = 0usize;
+    loop {
+        let Tunables {
+            lru_crawler,
+            crawler_sleep_us,
+            crawler_tocrawl,
+            ..
+        } = crawler.tunables();
+        if !lru_crawler || shared.shutting_down.load(Ordering::Relaxed) {
+            return;
+        }
+        let step = shared
+            .store
+            .crawl(&mut cursor, shared.clock.now(), CRAWL_STEP_POSITIONS);
+        crawler.record(step.swept);
+        checked += step.swept.checked;
+        since_sleep += step.swept.checked;
+        if !step.more || (crawler_tocrawl != 0 && checked >= crawler_tocrawl as usize) {
+            return;
+        }
+        if since_sleep >= ITEMS_PER_SLEEP && crawler_sleep_us > 0 {
+            since_sleep = 0;
+            std::thread::sleep(Duration::from_micros(u64::from(crawler_sleep_us)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::text::DumpClasses;
+
+    #[test]
+    fn options_set_the_tunables() {
+        let opts: Vec<(String, String)> = [
+            ("no_lru_crawler", ""),
+            ("lru_crawler_sleep", "50"),
+            ("lru_crawler_tocrawl", "7"),
+            ("slab_automove", "2"),
+            ("temporary_ttl", "30"),
+            ("no_lru_maintainer", ""),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let t = Tunables::from_options(&opts).unwrap();
+        assert!(!t.lru_crawler);
+        assert_eq!((t.crawler_sleep_us, t.crawler_tocrawl), (50, 7));
+        assert_eq!(t.slab_automove, 2);
+        assert!(t.temp_lru && t.temporary_ttl == 30 && !t.lru_maintainer);
+        let bad = [("lru_crawler_sleep".to_string(), "1000001".to_string())];
+        assert!(Tunables::from_options(&bad).is_err());
+    }
+
+    #[test]
+    fn enable_disable_and_crawl_follow_memcached() {
+        let c = Crawler::new(Tunables::default());
+        assert_eq!(
+            c.command(CrawlerCommand::Enable),
+            b"ERROR failed to start lru crawler thread\r\n"
+        );
+        assert_eq!(c.command(CrawlerCommand::Disable), b"OK\r\n");
+        assert_eq!(c.command(CrawlerCommand::Disable), b"OK\r\n");
+        let all = CrawlerCommand::Crawl(CrawlTarget::Classes(DumpClasses::ALL));
+        assert_eq!(c.command(all), b"CLIENT_ERROR lru crawler disabled\r\n");
+        assert_eq!(c.command(CrawlerCommand::Enable), b"OK\r\n");
+        assert_eq!(c.command(all), b"OK\r\n");
+        // No crawler thread runs here, so the first crawl is still pending.
+        assert_eq!(
+            c.command(all),
+            b"BUSY currently processing crawler request\r\n"
+        );
+        assert_eq!(
+            c.command(CrawlerCommand::Crawl(CrawlTarget::BadClass)),
+            b"BADCLASS invalid class id\r\n"
+        );
+    }
+
+    #[test]
+    fn tuning_replies_follow_memcached() {
+        let c = Crawler::new(Tunables::default());
+        let reassign = |p| c.tune(TuneCommand::SlabsReassign(p));
+        assert_eq!(reassign(Some((1, 1))), b"SAME src and dst class are identical\r\n");
+        assert_eq!(reassign(Some((-1, 2))), b"BADCLASS invalid src or dst class id\r\n");
+        assert_eq!(reassign(Some((1, 40))), b"BADCLASS invalid src or dst class id\r\n");
+        assert_eq!(reassign(Some((0, 39))), b"NOSPARE source class has no spare pages\r\n");
+        assert_eq!(reassign(None), b"CLIENT_ERROR bad command line format\r\n");
+        let tune = |hot_pct, warm_pct, hot_factor, warm_factor| {
+            c.tune(TuneCommand::LruTune {
+                hot_pct,
+                warm_pct,
+                hot_factor,
+                warm_factor,
+            })
+        };
+        assert_eq!(tune(50, 40, 1.0, 1.0), b"ERROR hot and warm pcts must not exceed 80\r\n");
+        assert_eq!(
+            tune(10, 20, 0.0, 1.0),
+            b"ERROR hot/warm age factors must be greater than 0\r\n"
+        );
+        assert_eq!(tune(10, 20, 0.5, 1.5), b"OK\r\n");
+        let t = c.tunables();
+        assert_eq!((t.hot_lru_pct, t.warm_lru_pct), (10, 20));
+        assert_eq!(c.tune(TuneCommand::LruTempTtl(Some(-1))), b"OK\r\n");
+        assert!(!c.tunables().temp_lru);
+        let c = Crawler::new(Tunables {
+            lru_maintainer: false,
+            ..Tunables::default()
+        });
+        assert_eq!(c.tune(TuneCommand::LruMode(Some(false))), b"ERROR\r\n");
+    }
+}
