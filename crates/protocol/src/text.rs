@@ -332,9 +332,7 @@ impl ErrorReply {
             ErrorReply::ShutdownMode => b"CLIENT_ERROR invalid shutdown mode\r\n",
             ErrorReply::StatsDetailUsage => b"CLIENT_ERROR usage: stats detail on|off|dump\r\n",
             ErrorReply::BadClass => b"BADCLASS invalid class id\r\n",
-            ErrorReply::CrawlerSleepTooLong => {
-                b"CLIENT_ERROR sleep must be one second or less\r\n"
-            }
+            ErrorReply::CrawlerSleepTooLong => b"CLIENT_ERROR sleep must be one second or less\r\n",
         }
     }
 }
@@ -1291,5 +1289,103 @@ mod tests {
                 LineFrame::Close => panic!("closed at {cut}"),
             }
         }
+    }
+
+    #[test]
+    fn safe_strtod_reads_as_memcached() {
+        assert_eq!(safe_strtod(b"0.5"), Some(0.5));
+        assert_eq!(safe_strtod(b"-2"), Some(-2.0));
+        assert_eq!(safe_strtod(b"inf"), Some(f64::INFINITY));
+        assert!(safe_strtod(b"nan").is_some_and(f64::is_nan));
+        // Out of range either way (ERANGE), and not a number.
+        assert_eq!(safe_strtod(b"1e999"), None);
+        assert_eq!(safe_strtod(b"1e-999"), None);
+        assert_eq!(safe_strtod(b"0e-999"), Some(0.0));
+        assert_eq!(safe_strtod(b"x"), None);
+        assert_eq!(safe_strtod(b"1x"), None);
+        assert_eq!(safe_strtod(b""), None);
+    }
+
+    #[test]
+    fn tuning_commands_parse_as_memcached() {
+        use CrawlerCommand as C;
+        let crawler = |line| match req(line) {
+            Request::LruCrawler(c) => Ok(c),
+            Request::Invalid { reply, .. } => Err(reply),
+            other => panic!("{line}: {other:?}"),
+        };
+        assert_eq!(crawler("lru_crawler enable"), Ok(C::Enable));
+        assert_eq!(crawler("lru_crawler enable x"), Err(ErrorReply::Error));
+        assert_eq!(
+            crawler("lru_crawler sleep 1000000"),
+            Ok(C::Sleep(1_000_000))
+        );
+        assert_eq!(
+            crawler("lru_crawler sleep 1000001"),
+            Err(ErrorReply::CrawlerSleepTooLong)
+        );
+        assert_eq!(
+            crawler("lru_crawler tocrawl -1"),
+            Err(ErrorReply::BadFormat)
+        );
+        assert_eq!(
+            crawler("lru_crawler crawl 1,3"),
+            Ok(C::Crawl(CrawlTarget::Classes(DumpClasses(0b1010))))
+        );
+        assert_eq!(
+            crawler("lru_crawler crawl 64"),
+            Ok(C::Crawl(CrawlTarget::BadClass))
+        );
+        assert_eq!(
+            crawler("lru_crawler crawl hash"),
+            Ok(C::Crawl(CrawlTarget::Hash))
+        );
+        // metadump keeps its own request.
+        assert!(matches!(
+            req("lru_crawler metadump all"),
+            Request::MetaDump(Some(_))
+        ));
+
+        let tune = |line| match req(line) {
+            Request::Tune { command, noreply } => Ok((command, noreply)),
+            Request::Invalid { reply, noreply } => Err((reply, noreply)),
+            other => panic!("{line}: {other:?}"),
+        };
+        assert_eq!(
+            tune("slabs reassign 1 x"),
+            Ok((TuneCommand::SlabsReassign(None), false))
+        );
+        assert_eq!(
+            tune("slabs automove 2 noreply"),
+            Ok((TuneCommand::SlabsAutomove(2), true))
+        );
+        assert_eq!(tune("slabs automove 3"), Err((ErrorReply::Error, false)));
+        assert_eq!(
+            tune("slabs automove x"),
+            Err((ErrorReply::BadFormat, false))
+        );
+        assert_eq!(
+            tune("slabs automove ratio"),
+            Err((ErrorReply::Error, false))
+        );
+        assert_eq!(tune("lru tune 1 2 3"), Err((ErrorReply::Error, false)));
+        assert_eq!(
+            tune("lru tune 1 2 0.5 4 noreply"),
+            Ok((
+                TuneCommand::LruTune {
+                    hot_pct: 1,
+                    warm_pct: 2,
+                    hot_factor: 0.5,
+                    warm_factor: 4.0
+                },
+                true
+            ))
+        );
+        assert_eq!(tune("lru mode x"), Ok((TuneCommand::LruMode(None), false)));
+        assert_eq!(
+            tune("lru temp_ttl -1"),
+            Ok((TuneCommand::LruTempTtl(Some(-1)), false))
+        );
+        assert_eq!(tune("lru x"), Err((ErrorReply::Error, false)));
     }
 }

@@ -16,7 +16,7 @@
 //! between and no hot/warm/cold LRU to tune. `slabs reassign` therefore answers as
 //! memcached does for a class with no spare page.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -99,46 +99,87 @@ pub const TUNABLE_OPTIONS: &[&str] = &[
 ];
 
 impl Tunables {
-    /// The settings after memcached's `-o` options `extended` (key, value), in order.
+    /// The settings after memcached's `-o` options `extended` (key, value), in order,
+    /// refused with memcached's messages where memcached refuses them.
     pub fn from_options(extended: &[(String, String)]) -> Result<Tunables, String> {
         let mut t = Tunables::default();
         for (key, value) in extended {
-            let bad = || format!("bad {key} value {value:?}");
-            let num = |v: &str| v.parse::<u32>().map_err(|_| bad());
-            let float = |v: &str| v.parse::<f64>().map_err(|_| bad());
+            let number = |why: &str| value.parse::<u32>().map_err(|_| why.to_string());
+            let float = |why: &str| value.parse::<f64>().map_err(|_| why.to_string());
             match key.as_str() {
                 "lru_crawler" => t.lru_crawler = true,
                 "no_lru_crawler" => t.lru_crawler = false,
                 "lru_crawler_sleep" => {
-                    t.crawler_sleep_us = num(value)?;
+                    const WHY: &str = "LRU crawler sleep must be between 0 and 1 second";
+                    t.crawler_sleep_us = number(WHY)?;
                     if t.crawler_sleep_us > 1_000_000 {
-                        return Err(bad());
+                        return Err(WHY.into());
                     }
                 }
-                "lru_crawler_tocrawl" => t.crawler_tocrawl = num(value)?,
+                "lru_crawler_tocrawl" => {
+                    t.crawler_tocrawl = number("lru_crawler_tocrawl takes a numeric 32bit value")?;
+                }
                 "slab_reassign" => t.slab_reassign = true,
                 "no_slab_reassign" => t.slab_reassign = false,
                 "slab_automove" => {
-                    t.slab_automove = num(value)?;
+                    const WHY: &str = "slab_automove must be between 0 and 2";
+                    t.slab_automove = number(WHY)?;
                     if t.slab_automove > 2 {
-                        return Err(bad());
+                        return Err(WHY.into());
                     }
                 }
-                "slab_automove_ratio" => t.slab_automove_ratio = float(value)?,
-                "lru_maintainer" => t.lru_maintainer = true,
-                "no_lru_maintainer" => t.lru_maintainer = false,
+                "slab_automove_ratio" => {
+                    const WHY: &str = "slab_automove_ratio must be > 0 and < 1";
+                    t.slab_automove_ratio = float(WHY)?;
+                    if !(t.slab_automove_ratio > 0.0 && t.slab_automove_ratio < 1.0) {
+                        return Err(WHY.into());
+                    }
+                }
+                // As in memcached, the maintainer option also turns segmentation on or off.
+                "lru_maintainer" | "no_lru_maintainer" => {
+                    t.lru_maintainer = key == "lru_maintainer";
+                    t.lru_segmented = t.lru_maintainer;
+                }
                 "lru_segmented" => t.lru_segmented = true,
                 "no_lru_segmented" => t.lru_segmented = false,
-                "hot_lru_pct" => t.hot_lru_pct = num(value)?,
-                "warm_lru_pct" => t.warm_lru_pct = num(value)?,
-                "hot_max_factor" => t.hot_max_factor = float(value)?,
-                "warm_max_factor" => t.warm_max_factor = float(value)?,
+                "hot_lru_pct" | "warm_lru_pct" => {
+                    let why = format!("{key} must be > 1 and < 80");
+                    let pct = number(&why)?;
+                    if !(1..80).contains(&pct) {
+                        return Err(why);
+                    }
+                    if key == "hot_lru_pct" {
+                        t.hot_lru_pct = pct;
+                    } else {
+                        t.warm_lru_pct = pct;
+                    }
+                }
+                "hot_max_factor" | "warm_max_factor" => {
+                    let why = format!("{key} must be > 0");
+                    let factor = float(&why)?;
+                    if factor.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+                        return Err(why);
+                    }
+                    if key == "hot_max_factor" {
+                        t.hot_max_factor = factor;
+                    } else {
+                        t.warm_max_factor = factor;
+                    }
+                }
                 "temporary_ttl" => {
                     t.temp_lru = true;
-                    t.temporary_ttl = value.parse().map_err(|_| bad())?;
+                    t.temporary_ttl = value
+                        .parse()
+                        .map_err(|_| "temporary_ttl takes a numeric value".to_string())?;
                 }
                 _ => {}
             }
+        }
+        if t.hot_lru_pct + t.warm_lru_pct > 80 {
+            return Err("hot_lru_pct + warm_lru_pct cannot be more than 80% combined".into());
+        }
+        if t.temp_lru && !t.lru_maintainer {
+            return Err("temporary_ttl requires lru_maintainer to be enabled".into());
         }
         Ok(t)
     }
@@ -151,17 +192,18 @@ pub struct Crawler {
     /// Signalled when a crawl is asked for, and at shutdown.
     wake: Condvar,
     /// Counters for `stats`.
-    starts: AtomicU64,
     reclaimed: AtomicU64,
     checked: AtomicU64,
-    running: AtomicBool,
 }
 
 #[derive(Default)]
 struct State {
     tunables: Tunables,
-    /// A crawl was asked for and the crawler thread has not finished it yet.
+    /// A crawl was asked for and the crawler thread has not finished it yet
+    /// (`lru_crawler_running`).
     busy: bool,
+    /// Crawls asked for (`lru_crawler_starts`).
+    starts: u64,
 }
 
 impl Crawler {
@@ -170,7 +212,7 @@ impl Crawler {
         Crawler {
             state: Mutex::new(State {
                 tunables,
-                busy: false,
+                ..State::default()
             }),
             ..Crawler::default()
         }
@@ -195,11 +237,17 @@ impl Crawler {
 
     /// `lru_crawler_running`, `lru_crawler_starts`, `crawler_reclaimed` and
     /// `crawler_items_checked` for `stats`.
+    /// A crawl counts as running from the moment it is accepted, so that once
+    /// `lru_crawler_running` reads 0 after an `OK`, that crawl has ended.
     #[must_use]
     pub fn counters(&self) -> (bool, u64, u64, u64) {
+        let (busy, starts) = {
+            let s = self.state();
+            (s.busy, s.starts)
+        };
         (
-            self.running.load(Ordering::Relaxed),
-            self.starts.load(Ordering::Relaxed),
+            busy,
+            starts,
             self.reclaimed.load(Ordering::Relaxed),
             self.checked.load(Ordering::Relaxed),
         )
@@ -209,7 +257,8 @@ impl Crawler {
     pub fn record(&self, swept: storage::Swept) {
         self.reclaimed
             .fetch_add(swept.unlinked as u64, Ordering::Relaxed);
-        self.checked.fetch_add(swept.checked as u64, Ordering::Relaxed);
+        self.checked
+            .fetch_add(swept.checked as u64, Ordering::Relaxed);
     }
 
     /// Run an `lru_crawler` command (not `metadump`); returns the reply line.
@@ -239,6 +288,7 @@ impl Crawler {
                     return b"BUSY currently processing crawler request\r\n";
                 }
                 s.busy = true;
+                s.starts += 1;
                 self.wake.notify_all();
             }
         }
@@ -333,10 +383,7 @@ pub fn crawler_loop(shared: &Shared) {
         if shared.shutting_down.load(Ordering::Relaxed) {
             return;
         }
-        crawler.starts.fetch_add(1, Ordering::Relaxed);
-        crawler.running.store(true, Ordering::Relaxed);
         crawl_once(shared);
-        crawler.running.store(false, Ordering::Relaxed);
         crawler.state().busy = false;
     }
 }
@@ -387,7 +434,7 @@ mod tests {
             ("lru_crawler_tocrawl", "7"),
             ("slab_automove", "2"),
             ("temporary_ttl", "30"),
-            ("no_lru_maintainer", ""),
+            ("hot_lru_pct", "30"),
         ]
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -396,9 +443,26 @@ mod tests {
         assert!(!t.lru_crawler);
         assert_eq!((t.crawler_sleep_us, t.crawler_tocrawl), (50, 7));
         assert_eq!(t.slab_automove, 2);
-        assert!(t.temp_lru && t.temporary_ttl == 30 && !t.lru_maintainer);
-        let bad = [("lru_crawler_sleep".to_string(), "1000001".to_string())];
-        assert!(Tunables::from_options(&bad).is_err());
+        assert!(t.temp_lru && t.temporary_ttl == 30 && t.hot_lru_pct == 30);
+        let refused = |opts: &[(&str, &str)]| {
+            let opts: Vec<(String, String)> = opts
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Tunables::from_options(&opts).unwrap_err()
+        };
+        assert_eq!(
+            refused(&[("lru_crawler_sleep", "1000001")]),
+            "LRU crawler sleep must be between 0 and 1 second"
+        );
+        assert_eq!(
+            refused(&[("no_lru_maintainer", ""), ("temporary_ttl", "7")]),
+            "temporary_ttl requires lru_maintainer to be enabled"
+        );
+        assert_eq!(
+            refused(&[("hot_lru_pct", "50"), ("warm_lru_pct", "40")]),
+            "hot_lru_pct + warm_lru_pct cannot be more than 80% combined"
+        );
     }
 
     #[test]
@@ -429,10 +493,22 @@ mod tests {
     fn tuning_replies_follow_memcached() {
         let c = Crawler::new(Tunables::default());
         let reassign = |p| c.tune(TuneCommand::SlabsReassign(p));
-        assert_eq!(reassign(Some((1, 1))), b"SAME src and dst class are identical\r\n");
-        assert_eq!(reassign(Some((-1, 2))), b"BADCLASS invalid src or dst class id\r\n");
-        assert_eq!(reassign(Some((1, 40))), b"BADCLASS invalid src or dst class id\r\n");
-        assert_eq!(reassign(Some((0, 39))), b"NOSPARE source class has no spare pages\r\n");
+        assert_eq!(
+            reassign(Some((1, 1))),
+            b"SAME src and dst class are identical\r\n"
+        );
+        assert_eq!(
+            reassign(Some((-1, 2))),
+            b"BADCLASS invalid src or dst class id\r\n"
+        );
+        assert_eq!(
+            reassign(Some((1, 40))),
+            b"BADCLASS invalid src or dst class id\r\n"
+        );
+        assert_eq!(
+            reassign(Some((0, 39))),
+            b"NOSPARE source class has no spare pages\r\n"
+        );
         assert_eq!(reassign(None), b"CLIENT_ERROR bad command line format\r\n");
         let tune = |hot_pct, warm_pct, hot_factor, warm_factor| {
             c.tune(TuneCommand::LruTune {
@@ -442,7 +518,10 @@ mod tests {
                 warm_factor,
             })
         };
-        assert_eq!(tune(50, 40, 1.0, 1.0), b"ERROR hot and warm pcts must not exceed 80\r\n");
+        assert_eq!(
+            tune(50, 40, 1.0, 1.0),
+            b"ERROR hot and warm pcts must not exceed 80\r\n"
+        );
         assert_eq!(
             tune(10, 20, 0.0, 1.0),
             b"ERROR hot/warm age factors must be greater than 0\r\n"

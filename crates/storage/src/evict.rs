@@ -27,12 +27,12 @@
 use std::sync::atomic::Ordering;
 
 use crate::index::{pack, Shard, ShardStats};
-use crate::table::IndexTable;
 use crate::item::{
     self, Header, Prefix, MARK_ACCESSED, MARK_FETCHED, MUT_LEN, MUT_START, PREFIX_BYTES,
 };
 use crate::pool::{writer_id, Reservation};
 use crate::store::{Liveness, Store};
+use crate::table::IndexTable;
 use crate::{DumpCursor, DumpItem, RelTime, Swept};
 
 /// Sealed segments, oldest first, that [`Store::take_dead_segment`] looks at: a bound on
