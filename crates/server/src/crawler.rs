@@ -366,7 +366,8 @@ impl Crawler {
 }
 
 /// The crawler thread: wait for `lru_crawler crawl`, then walk the whole index once,
-/// unlinking expired and flushed items, until shutdown.
+/// unlinking expired and flushed items, until shutdown. Both are signalled through
+/// `wake`; the timeout only bounds a wait should a signal ever be missed.
 pub fn crawler_loop(shared: &Shared) {
     let crawler = &shared.crawler;
     loop {
@@ -375,7 +376,7 @@ pub fn crawler_loop(shared: &Shared) {
             while !s.busy && !shared.shutting_down.load(Ordering::Relaxed) {
                 s = crawler
                     .wake
-                    .wait_timeout(s, Duration::from_millis(200))
+                    .wait_timeout(s, Duration::from_secs(1))
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
             }
