@@ -224,6 +224,47 @@ fn small_number(input: &[u8], at: usize) -> Option<(u32, usize)> {
     }
 }
 
+/// A one-key `get`/`gets` at the start of `input`, the commonest request, as
+/// [`parse_fast`] reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastGet {
+    pub command: GetCommand,
+    /// Where the key starts and ends in `input`.
+    pub key_at: usize,
+    pub key_end: usize,
+    /// Where the line ends (its terminator) and the next request starts.
+    pub end: usize,
+    pub next: usize,
+}
+
+/// [`parse_fast`] for a one-key `get`/`gets` only, without building a [`Request`]:
+/// the caller can go straight to the lookup. `None` for anything else, including a
+/// get that `parse_fast` would also refuse.
+#[inline(always)]
+#[must_use]
+pub fn parse_fast_get(input: &[u8]) -> Option<FastGet> {
+    let head = input.get(..4)?;
+    let (command, key_at) = if head == b"get " {
+        (GetCommand::Get, 4)
+    } else if head == b"gets" && input.get(4) == Some(&b' ') {
+        (GetCommand::Gets, 5)
+    } else {
+        return None;
+    };
+    let key_end = find_delimiter(input, key_at)?;
+    if key_end == key_at {
+        return None;
+    }
+    let (end, next) = line_end(input, key_end)?;
+    Some(FastGet {
+        command,
+        key_at,
+        key_end,
+        end,
+        next,
+    })
+}
+
 /// The request at the start of `input` and its `(end, next)` offsets, as
 /// [`crate::text::frame_line`] and [`crate::text::parse_request`] would give
 /// them, for the commonest shapes only; `None` means "use the general path".
@@ -232,27 +273,16 @@ fn small_number(input: &[u8], at: usize) -> Option<(u32, usize)> {
 pub fn parse_fast(input: &[u8]) -> Option<(Request<'_>, usize, usize)> {
     let head = input.get(..4)?;
     if head == b"get " || head == b"gets" {
-        let (command, key_at) = if head == b"get " {
-            (GetCommand::Get, 4)
-        } else if input.get(4) == Some(&b' ') {
-            (GetCommand::Gets, 5)
-        } else {
-            return None;
-        };
-        let key_end = find_delimiter(input, key_at)?;
-        if key_end == key_at {
-            return None;
-        }
-        let (end, next) = line_end(input, key_end)?;
-        let keys = Keys::single(&input[..end], key_at);
+        let g = parse_fast_get(input)?;
+        let keys = Keys::single(&input[..g.end], g.key_at);
         return Some((
             Request::Get {
-                command,
+                command: g.command,
                 exptime: 0,
                 keys,
             },
-            end,
-            next,
+            g.end,
+            g.next,
         ));
     }
     if head == b"set " {

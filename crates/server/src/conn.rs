@@ -16,7 +16,7 @@
 use std::io::{self, IoSlice};
 
 use protocol::binary::REQUEST_MAGIC;
-use protocol::fast::parse_fast;
+use protocol::fast::{parse_fast, parse_fast_get};
 use protocol::text::{
     frame_line, parse_request, GetCommand, Keys, LineFrame, Request, StoreCommand,
     MAX_GET_LINE_BYTES,
@@ -454,6 +454,29 @@ impl Conn {
                 self.step_auth(exec)
             };
         }
+        // With more input behind a one-key get or a store, the requests after it are
+        // parsed ahead and their lookups prefetched (`ahead.rs`); `hashed` is then this
+        // one's hash and peek. The null store has no lookups to prefetch.
+        let batch = exec.shared.settings.null_store.is_none();
+        // The commonest request, a one-key get, goes straight to its lookup, without a
+        // `Request` built and matched on the way: built, it was spilled to the stack
+        // and read back, about 25 instructions a get. `get_one` refuses what it does
+        // not take (a key too long, the null store), which then runs the general path.
+        if let Some(g) = parse_fast_get(input) {
+            let key = &input[g.key_at..g.key_end];
+            let hashed = if batch && g.next < input.len() {
+                let item_size_max = exec.shared.settings.memcached_item_limit();
+                self.ahead
+                    .fill(exec.store(), input, self.rpos, key, g.next, item_size_max)
+            } else {
+                None
+            };
+            if exec.get_one(g.command, key, hashed, &mut self.wbuf, &mut self.flush_mark) {
+                self.need = 0;
+                self.rpos += g.next;
+                return true;
+            }
+        }
         let (request, end, next) = match parse_fast(input) {
             Some(fast) => fast,
             None => match frame_line(input) {
@@ -475,33 +498,14 @@ impl Conn {
             },
         };
         self.need = 0;
-        // With more input behind a one-key get or a store, the requests after it are
-        // parsed ahead and their lookups prefetched (`ahead.rs`); `hashed` is then this
-        // one's hash and peek. The null store has no lookups to prefetch. (The request
-        // itself is not handed over: a reference to it kept its fields out of registers,
-        // at a 136-byte copy per request.)
-        let batch = exec.shared.settings.null_store.is_none();
+        // (The request itself is not handed to `ahead`: a reference to it kept its
+        // fields out of registers, at a 136-byte copy per request.)
         if let Request::Get {
             command,
             exptime,
             keys,
         } = request
         {
-            if let Some(key) = keys.single_key() {
-                let hashed = if batch && next < input.len() {
-                    let item_size_max = exec.shared.settings.memcached_item_limit();
-                    self.ahead
-                        .fill(exec.store(), input, self.rpos, key, next, item_size_max)
-                } else {
-                    None
-                };
-                // One key already delimited by the framer: nothing to iterate,
-                // nothing to pause between.
-                if exec.get_one(command, key, hashed, &mut self.wbuf, &mut self.flush_mark) {
-                    self.rpos += next;
-                    return true;
-                }
-            }
             let pause_at = self.wpos + OUTPUT_HIGH_WATER_BYTES;
             let paused = exec.get(
                 command,
