@@ -345,8 +345,12 @@ pub enum StatsGroup {
     Reset,
     /// `stats detail on|off|dump`
     Detail(DetailOp),
-    /// memcached-internal groups (`slabs`, `items`, `sizes`, `conns`):
-    /// answered with an empty list.
+    /// `stats slabs`: memcached's two totals (there are no slab classes here).
+    Slabs,
+    /// `stats sizes`: memcached's reply while size tracking is off.
+    Sizes,
+    /// memcached-internal groups (`items`, `conns`, `cachedump`): answered with an
+    /// empty list.
     Internal,
 }
 
@@ -938,7 +942,9 @@ fn parse_stats<'a>(t: &Tokens<'a>) -> Request<'a> {
             }
             StatsGroup::Internal
         }
-        b"slabs" | b"items" | b"sizes" | b"conns" => StatsGroup::Internal,
+        b"slabs" => StatsGroup::Slabs,
+        b"sizes" => StatsGroup::Sizes,
+        b"items" | b"conns" => StatsGroup::Internal,
         _ => return invalid(ErrorReply::Error),
     };
     Request::Stats(group)

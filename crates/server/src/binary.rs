@@ -700,10 +700,11 @@ impl Request<'_, '_, '_, '_> {
             } else {
                 return self.error(Status::KeyNotFound);
             }
-        } else if matches!(
-            key,
-            b"items" | b"slabs" | b"sizes" | b"sizes_enable" | b"sizes_disable"
-        ) {
+        } else if key == b"slabs" {
+            crate::stats_report::slabs(shared, &mut text);
+        } else if key == b"sizes" {
+            crate::stats_report::sizes(&mut text);
+        } else if matches!(key, b"items" | b"sizes_enable" | b"sizes_disable") {
             // Slab-allocator statistics have no counterpart here: empty.
         } else {
             return self.error(Status::KeyNotFound);

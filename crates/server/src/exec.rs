@@ -693,6 +693,8 @@ impl Exec<'_> {
                 out.extend_from_slice(b"OK\r\n");
             }
             StatsGroup::Detail(DetailOp::Dump) => self.shared.prefixes.dump(out),
+            StatsGroup::Slabs => crate::stats_report::slabs(self.shared, out),
+            StatsGroup::Sizes => crate::stats_report::sizes(out),
             StatsGroup::Internal => out.extend_from_slice(b"END\r\n"),
         }
     }

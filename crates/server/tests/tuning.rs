@@ -92,6 +92,7 @@ const SCRIPT: &[&str] = &[
     "lru temp_ttl -1 noreply",
     "lru temp_ttl 45",
     "lru foo 1",
+    "stats sizes",
 ];
 
 /// The `stats settings` lines the commands above change.
@@ -271,4 +272,30 @@ fn bad_tuning_options_are_refused_as_memcached_refuses_them() {
             );
         }
     }
+}
+
+/// `stats slabs` has memcached's totals: no classes (`active_slabs 0`) and the item
+/// memory in use as `total_malloced`, which grows as items are written.
+#[test]
+fn stats_slabs_reports_item_memory() {
+    let server = ServerProcess::start(ServerKind::Ferrocache, ARGS);
+    let mut conn = server.connect();
+    let malloced = |conn: &mut common::Client| -> u64 {
+        let slabs = conn.stats("slabs");
+        assert_eq!(slabs.len(), 2, "{slabs:?}");
+        assert_eq!(slabs["active_slabs"], "0");
+        slabs["total_malloced"].parse().unwrap()
+    };
+    let before = malloced(&mut conn);
+    let value = "v".repeat(1000);
+    let mut batch = String::new();
+    for i in 0..20_000 {
+        batch.push_str(&format!("set key{i} 0 0 1000 noreply\r\n{value}\r\n"));
+    }
+    conn.request(batch.as_bytes());
+    let after = malloced(&mut conn);
+    // 20 000 items of about 1 KB: at least 20 MB more memory holds them.
+    assert!(after >= before + 20_000_000, "{before} -> {after}");
+    let limit: u64 = conn.stats("")["limit_maxbytes"].parse().unwrap();
+    assert!(after <= limit + (8 << 20), "{after} over the limit {limit}");
 }
