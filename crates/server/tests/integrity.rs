@@ -353,6 +353,90 @@ fn cas_race_has_exactly_one_winner() {
 
 /// The checker itself: a value torn between two writes, or filed under another key, is
 /// caught.
+/// Items that keep expiring while `lru_crawler crawl` passes run back to back and
+/// writers and readers share the keys: the crawls unlink expired items under the same
+/// locks the lookups take, so every value read must still be whole and under its own
+/// key, and the crawls must really have reclaimed items meanwhile.
+#[test]
+fn crawls_over_expiring_items_never_tear_values() {
+    const THREADS: usize = 6;
+    let seed = common::env_u64("FERRO_SEED", Rng::seed_from_time());
+    let server = start();
+    let port = server.port;
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let keys: Vec<String> = (0..300).map(|i| format!("k{i:03}")).collect();
+    let keys = Arc::new(keys);
+    let crawler = thread::spawn(move || -> Result<u64, String> {
+        let mut c = Client::connect(port);
+        let mut crawls = 0;
+        while Instant::now() < deadline {
+            match c.request_str("lru_crawler crawl all\r\n").as_str() {
+                "OK\r\n" => crawls += 1,
+                "BUSY currently processing crawler request\r\n" => {}
+                other => return Err(format!("crawl answered {other:?}")),
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        Ok(crawls)
+    });
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let keys = keys.clone();
+            thread::spawn(move || -> Result<u64, String> {
+                let mut rng = Rng::new(seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9));
+                let mut c = Client::connect(port);
+                let (mut seq, mut checked) = (0, 0u64);
+                while Instant::now() < deadline {
+                    let key = &keys[rng.below(keys.len() as u64) as usize];
+                    if rng.chance(0.5) {
+                        seq += 1;
+                        let len = if rng.chance(0.1) {
+                            rng.range_usize(1000, 20_000)
+                        } else {
+                            rng.range_usize(MIN_VALUE_LEN, 200)
+                        };
+                        // Most items live a second or two, so expiry never stops.
+                        let exptime = if rng.chance(0.8) { 1 } else { 0 };
+                        let mut req = format!("set {key} {t} {exptime} {len}\r\n").into_bytes();
+                        req.extend_from_slice(&make_value(key, t, seq, len));
+                        req.extend_from_slice(b"\r\n");
+                        if c.request(&req) != b"STORED\r\n" {
+                            return Err(format!("set {key} not stored"));
+                        }
+                    } else {
+                        let others: Vec<&str> = (0..6)
+                            .map(|_| keys[rng.below(keys.len() as u64) as usize].as_str())
+                            .collect();
+                        let line = format!("get {key} {}\r\n", others.join(" "));
+                        for (k, flags, data) in parse_values(&c.request(line.as_bytes()))? {
+                            let (writer, _) = check_value(&k, &data)?;
+                            if flags as usize != writer {
+                                return Err(format!("{k}: flags {flags} for writer {writer}"));
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
+                Ok(checked)
+            })
+        })
+        .collect();
+    let mut checked = 0;
+    for h in handles {
+        checked += h
+            .join()
+            .expect("client thread panicked")
+            .unwrap_or_else(|e| panic!("seed {seed} (FERRO_SEED replays it): {e}"));
+    }
+    let crawls = crawler.join().expect("crawler thread panicked").unwrap();
+    let stats = server.stats("");
+    let reclaimed: u64 = stats["crawler_reclaimed"].parse().unwrap();
+    eprintln!("{checked} values checked, {crawls} crawls, {reclaimed} items reclaimed");
+    assert!(checked > 100, "too little work: {checked} values read");
+    assert!(crawls > 10, "only {crawls} crawls ran");
+    assert!(reclaimed > 0, "no expired item was reclaimed: {stats:?}");
+}
+
 #[test]
 fn value_check_catches_torn_and_misfiled_values() {
     let a = make_value("hot0", 1, 5, 200);
