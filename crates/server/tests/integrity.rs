@@ -369,7 +369,7 @@ fn crawls_over_expiring_items_never_tear_values() {
     let crawler = thread::spawn(move || -> Result<u64, String> {
         let mut c = Client::connect(port);
         let mut crawls = 0;
-        while Instant::now() < deadline {
+        while Instant::now() < deadline && crawls < 5_000 {
             match c.request_str("lru_crawler crawl all\r\n").as_str() {
                 "OK\r\n" => crawls += 1,
                 "BUSY currently processing crawler request\r\n" => {}
@@ -385,8 +385,9 @@ fn crawls_over_expiring_items_never_tear_values() {
             thread::spawn(move || -> Result<u64, String> {
                 let mut rng = Rng::new(seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9));
                 let mut c = Client::connect(port);
-                let (mut seq, mut checked) = (0, 0u64);
-                while Instant::now() < deadline {
+                let (mut seq, mut checked, mut ops) = (0, 0u64, 0);
+                while Instant::now() < deadline && ops < 60_000 {
+                    ops += 1;
                     let key = &keys[rng.below(keys.len() as u64) as usize];
                     if rng.chance(0.5) {
                         seq += 1;
