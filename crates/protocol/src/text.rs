@@ -349,8 +349,9 @@ pub enum StatsGroup {
     Slabs,
     /// `stats sizes`: memcached's reply while size tracking is off.
     Sizes,
-    /// memcached-internal groups (`items`, `conns`, `cachedump`): answered with an
-    /// empty list.
+    /// `stats conns`: the open sockets.
+    Conns,
+    /// memcached-internal groups (`items`, `cachedump`): answered with an empty list.
     Internal,
 }
 
@@ -944,7 +945,8 @@ fn parse_stats<'a>(t: &Tokens<'a>) -> Request<'a> {
         }
         b"slabs" => StatsGroup::Slabs,
         b"sizes" => StatsGroup::Sizes,
-        b"items" | b"conns" => StatsGroup::Internal,
+        b"conns" => StatsGroup::Conns,
+        b"items" => StatsGroup::Internal,
         _ => return invalid(ErrorReply::Error),
     };
     Request::Stats(group)

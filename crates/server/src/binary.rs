@@ -814,6 +814,7 @@ mod tests {
             sasl: None,
             prefixes: crate::prefix::PrefixStats::new(b':'),
             crawler: crate::crawler::Crawler::default(),
+            conns: crate::conns::ConnRegistry::default(),
             settings,
         };
         (shared, stats)

@@ -18,7 +18,7 @@ use std::io::{self, IoSlice};
 use protocol::binary::REQUEST_MAGIC;
 use protocol::fast::{parse_fast, parse_fast_get};
 use protocol::text::{
-    frame_line, parse_request, GetCommand, Keys, LineFrame, Request, StoreCommand,
+    frame_line, parse_request, GetCommand, Keys, LineFrame, Request, StatsGroup, StoreCommand,
     MAX_GET_LINE_BYTES,
 };
 use storage::Store;
@@ -112,6 +112,8 @@ pub struct Conn {
     dump: Option<Box<Dump>>,
     /// Pipelined requests parsed ahead in this `process` call (see `ahead.rs`).
     ahead: Ahead,
+    /// The socket's descriptor, for `stats conns` (-1 where there is none: UDP).
+    fd: i32,
 }
 
 /// Where to resume a multi-get whose line is still at the start of the input.
@@ -144,6 +146,11 @@ impl Default for Conn {
 }
 
 impl Conn {
+    /// The socket's descriptor, for `stats conns`.
+    pub fn set_fd(&mut self, fd: i32) {
+        self.fd = fd;
+    }
+
     #[must_use]
     pub fn new() -> Self {
         Conn {
@@ -163,6 +170,7 @@ impl Conn {
             paused_get: None,
             dump: None,
             ahead: Ahead::default(),
+            fd: -1,
         }
     }
 
@@ -590,6 +598,11 @@ impl Conn {
                     next,
                 ),
             },
+            Request::Stats(StatsGroup::Conns) => {
+                let now = exec.shared.clock.now();
+                exec.shared.conns.report(self.fd, now, &mut self.wbuf);
+                (Flow::Continue, next)
+            }
             request => (
                 exec.execute(request, &mut self.wbuf, &mut self.flush_mark),
                 next,

@@ -39,6 +39,8 @@ pub struct Shared {
     pub prefixes: crate::prefix::PrefixStats,
     /// The expired-item crawler and memcached's tuning settings (`crawler.rs`).
     pub crawler: crate::crawler::Crawler,
+    /// The open sockets, for `stats conns` (`conns.rs`).
+    pub conns: crate::conns::ConnRegistry,
 }
 
 /// What the connection must do after a request.
@@ -694,6 +696,9 @@ impl Exec<'_> {
             }
             StatsGroup::Detail(DetailOp::Dump) => self.shared.prefixes.dump(out),
             StatsGroup::Slabs => crate::stats_report::slabs(self.shared, out),
+            // Over UDP (the only way here: `Conn::step` answers it on a connection,
+            // which knows its descriptor), no connection is the one asking.
+            StatsGroup::Conns => self.shared.conns.report(-1, self.shared.clock.now(), out),
             StatsGroup::Sizes => crate::stats_report::sizes(out),
             StatsGroup::Internal => out.extend_from_slice(b"END\r\n"),
         }

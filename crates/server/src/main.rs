@@ -22,6 +22,7 @@ mod binary;
 mod clock;
 mod config;
 mod conn;
+mod conns;
 mod crawler;
 mod dump;
 mod exec;
@@ -133,6 +134,7 @@ fn real_main() -> Result<()> {
         crawler: crawler::Crawler::new(
             crawler::Tunables::from_options(&settings.extended).map_err(anyhow::Error::msg)?,
         ),
+        conns: conns::ConnRegistry::default(),
         settings,
     });
     let served = runtime::run(shared.clone(), worker_stats);

@@ -160,6 +160,15 @@ impl std::os::fd::AsRawFd for Listener {
     }
 }
 
+impl std::os::fd::AsFd for Stream {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Stream::Tcp(s) => s.as_fd(),
+            Stream::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
 impl Stream {
     #[inline]
     fn raw_fd(&self) -> std::os::fd::RawFd {

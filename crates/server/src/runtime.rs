@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -258,8 +258,9 @@ fn maintenance_loop(shared: &Shared) {
 struct Client {
     stream: Stream,
     conn: Conn,
-    /// Server time of the last byte received, for `-o idle_timeout`.
-    last_active: u32,
+    /// Its `stats conns` entry, which also holds the server time of the last byte
+    /// received, for `-o idle_timeout`.
+    entry: Arc<crate::conns::Entry>,
     /// Registered for writable events because output is pending.
     want_write: bool,
 }
@@ -356,6 +357,13 @@ impl Worker {
     }
 
     fn run(&mut self) {
+        let now = self.shared.clock.now();
+        for l in &self.listeners {
+            self.shared.conns.listening(l, false, now);
+        }
+        for u in &self.udp {
+            self.shared.conns.listening(&u.socket, true, now);
+        }
         let mut events = Events::with_capacity(1024);
         let idle_timeout = self.shared.settings.idle_timeout_secs;
         let mut idle = IdleScan::new(&self.shared);
@@ -389,7 +397,7 @@ impl Worker {
             for idx in std::mem::take(&mut self.again) {
                 self.drive(idx);
             }
-            for idx in idle.due(&self.shared, &self.clients, |c| c.last_active) {
+            for idx in idle.due(&self.shared, &self.clients, |c| c.entry.last_input()) {
                 self.close(idx);
             }
         }
@@ -434,10 +442,13 @@ impl Worker {
                 self.free.push(idx);
                 continue;
             }
+            let entry = self.shared.conns.accepted(&stream, self.shared.clock.now());
+            let mut conn = Conn::new();
+            conn.set_fd(stream.as_fd().as_raw_fd());
             self.clients[idx] = Some(Client {
                 stream,
-                conn: Conn::new(),
-                last_active: self.shared.clock.now(),
+                conn,
+                entry,
                 want_write: false,
             });
             // Data may already be waiting (edge-triggered: drive once now).
@@ -459,6 +470,7 @@ impl Worker {
     fn close(&mut self, idx: usize) {
         if let Some(mut client) = self.clients[idx].take() {
             let _ = self.poll.registry().deregister(&mut client.stream);
+            self.shared.conns.closed(client.stream.as_fd().as_raw_fd());
             self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
             self.free.push(idx);
         }
@@ -512,7 +524,7 @@ impl Worker {
                 }
             }
             if read_any {
-                client.last_active = self.shared.clock.now();
+                client.entry.touch(self.shared.clock.now());
             }
             let status = client.conn.process(&exec);
             if status == Status::Close {

@@ -99,8 +99,9 @@ struct Client {
     fd: OwnedFd,
     conn: Conn,
     token: u64,
-    /// Server time of the last byte received, for `-o idle_timeout`.
-    last_active: u32,
+    /// Its `stats conns` entry, which also holds the server time of the last byte
+    /// received, for `-o idle_timeout`.
+    entry: std::sync::Arc<crate::conns::Entry>,
     /// A multishot receive is armed (its last completion not yet seen).
     recv_armed: bool,
     /// A cancellation of that receive has been queued.
@@ -193,6 +194,13 @@ impl UringWorker {
     }
 
     pub fn run(mut self) {
+        let now = self.shared.clock.now();
+        for l in &self.listeners {
+            self.shared.conns.listening(l, false, now);
+        }
+        for u in &self.udp {
+            self.shared.conns.listening(&u.socket, true, now);
+        }
         if self.shared.settings.verbose > 1 {
             eprintln!(
                 "ferrocache: io_uring worker ({})",
@@ -252,7 +260,7 @@ impl UringWorker {
             self.repoll();
             self.setup_accepted();
             self.drive_dirty();
-            for idx in idle.due(&self.shared, &self.clients, |c| c.last_active) {
+            for idx in idle.due(&self.shared, &self.clients, |c| c.entry.last_input()) {
                 self.close(idx);
             }
         }
@@ -315,7 +323,7 @@ impl UringWorker {
                         Ok([]) => c.eof = true,
                         Ok(mut data) => {
                             bump(&stats.bytes_read, data.len() as u64);
-                            c.last_active = now;
+                            c.entry.touch(now);
                             while !data.is_empty() {
                                 let space = c.conn.read_space();
                                 let n = space.len().min(data.len());
@@ -439,11 +447,14 @@ impl UringWorker {
             });
             let token = u64::from(self.generations[idx]) << SLOT_BITS | idx as u64;
             self.ring.recv_multi(fd.as_raw_fd(), token);
+            let entry = self.shared.conns.accepted(&fd, self.shared.clock.now());
+            let mut conn = Conn::new();
+            conn.set_fd(fd.as_raw_fd());
             self.clients[idx] = Some(Client {
                 fd,
-                conn: Conn::new(),
+                conn,
                 token,
-                last_active: self.shared.clock.now(),
+                entry,
                 recv_armed: true,
                 cancelling: false,
                 out: Some(Vec::new()),
@@ -498,6 +509,7 @@ impl UringWorker {
         let _ = self.ring.submit();
         // Ends the multishot receive (and any send) still holding the socket.
         let _ = SockRef::from(&c.fd).shutdown(Shutdown::Both);
+        self.shared.conns.closed(c.fd.as_raw_fd());
         drop(c.fd);
         self.generations[idx] = (self.generations[idx] + 1) & GENERATION_MASK;
         self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);

@@ -57,6 +57,11 @@ impl Client {
         Client::try_connect(port).unwrap_or_else(|e| panic!("connect to 127.0.0.1:{port}: {e}"))
     }
 
+    /// This end's address, as `ip:port`.
+    pub fn local_addr(&self) -> String {
+        self.stream.local_addr().expect("local_addr").to_string()
+    }
+
     pub fn try_connect(port: u16) -> io::Result<Client> {
         let stream = TcpStream::connect(("127.0.0.1", port))?;
         stream.set_nodelay(true)?;
