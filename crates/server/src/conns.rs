@@ -161,23 +161,11 @@ impl ConnRegistry {
 /// memcached's address form: `tcp:1.2.3.4:11211`, `tcp6:[::1]:11211`, `udp:...`,
 /// `udp6:...`, `unix:/path`.
 fn format_addr(a: &SockAddr, udp: bool) -> String {
+    let proto = if udp { "udp" } else { "tcp" };
     match a.as_socket() {
-        Some(SocketAddr::V4(v4)) => {
-            format!(
-                "{}:{}:{}",
-                if udp { "udp" } else { "tcp" },
-                v4.ip(),
-                v4.port()
-            )
-        }
-        Some(SocketAddr::V6(v6)) => {
-            format!(
-                "{}:[{}]:{}",
-                if udp { "udp6" } else { "tcp6" },
-                v6.ip(),
-                v6.port()
-            )
-        }
+        // `ip:port`, and `[ip]:port` for IPv6.
+        Some(SocketAddr::V4(v4)) => format!("{proto}:{v4}"),
+        Some(SocketAddr::V6(v6)) => format!("{proto}6:{v6}"),
         None => format!(
             "unix:{}",
             a.as_pathname()

@@ -105,16 +105,24 @@ impl Tunables {
         let mut t = Tunables::default();
         for (key, value) in extended {
             let number = |why: &str| value.parse::<u32>().map_err(|_| why.to_string());
+            let at_most = |max: u32, why: &str| {
+                number(why).and_then(|n| {
+                    if n <= max {
+                        Ok(n)
+                    } else {
+                        Err(why.to_string())
+                    }
+                })
+            };
             let float = |why: &str| value.parse::<f64>().map_err(|_| why.to_string());
             match key.as_str() {
                 "lru_crawler" => t.lru_crawler = true,
                 "no_lru_crawler" => t.lru_crawler = false,
                 "lru_crawler_sleep" => {
-                    const WHY: &str = "LRU crawler sleep must be between 0 and 1 second";
-                    t.crawler_sleep_us = number(WHY)?;
-                    if t.crawler_sleep_us > 1_000_000 {
-                        return Err(WHY.into());
-                    }
+                    t.crawler_sleep_us = at_most(
+                        1_000_000,
+                        "LRU crawler sleep must be between 0 and 1 second",
+                    )?;
                 }
                 "lru_crawler_tocrawl" => {
                     t.crawler_tocrawl = number("lru_crawler_tocrawl takes a numeric 32bit value")?;
@@ -122,11 +130,7 @@ impl Tunables {
                 "slab_reassign" => t.slab_reassign = true,
                 "no_slab_reassign" => t.slab_reassign = false,
                 "slab_automove" => {
-                    const WHY: &str = "slab_automove must be between 0 and 2";
-                    t.slab_automove = number(WHY)?;
-                    if t.slab_automove > 2 {
-                        return Err(WHY.into());
-                    }
+                    t.slab_automove = at_most(2, "slab_automove must be between 0 and 2")?;
                 }
                 "slab_automove_ratio" => {
                     const WHY: &str = "slab_automove_ratio must be > 0 and < 1";

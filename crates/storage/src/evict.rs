@@ -427,12 +427,7 @@ impl Store {
                 });
             }
             budget = budget.saturating_sub(end - start + 1);
-            if end >= positions {
-                cursor.shard += 1;
-                cursor.position = 0;
-            } else {
-                cursor.position = end;
-            }
+            cursor.walked(end, positions);
         }
         cursor.shard < self.shards.len()
     }
@@ -515,12 +510,7 @@ impl Store {
             }
             drop(shard);
             budget = budget.saturating_sub(end - start + 1);
-            if end >= positions {
-                cursor.shard += 1;
-                cursor.position = 0;
-            } else {
-                cursor.position = end;
-            }
+            cursor.walked(end, positions);
         }
         Crawl {
             swept,

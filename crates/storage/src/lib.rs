@@ -81,6 +81,19 @@ pub struct DumpCursor {
     pub(crate) position: usize,
 }
 
+impl DumpCursor {
+    /// The current shard's positions up to `end` have been walked, of `positions`:
+    /// resume after them, or at the next shard's start.
+    pub(crate) fn walked(&mut self, end: usize, positions: usize) {
+        if end >= positions {
+            self.shard += 1;
+            self.position = 0;
+        } else {
+            self.position = end;
+        }
+    }
+}
+
 /// What one step of an expired-item sweep ([`Store::sweep_expired`], [`Store::crawl`])
 /// did: items looked at, and how many of them it unlinked because they had expired or
 /// were flushed.
