@@ -474,7 +474,7 @@ impl Conn {
         // the floor the benchmarks compare with would pay for a path it cannot use.
         if let Some(g) = batch.then(|| parse_fast_get(input)).flatten() {
             let key = &input[g.key_at..g.key_end];
-            let hashed = if batch && g.next < input.len() {
+            let hashed = if g.next < input.len() {
                 let item_size_max = exec.shared.settings.memcached_item_limit();
                 self.ahead
                     .fill(exec.store(), input, self.rpos, key, g.next, item_size_max)
