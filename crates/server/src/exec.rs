@@ -317,10 +317,7 @@ impl Exec<'_> {
         out: &mut Vec<u8>,
         flush_mark: &mut usize,
     ) -> bool {
-        if key.len() > MAX_KEY_LEN
-            || self.shared.settings.null_store.is_some()
-            || matches!(command, GetCommand::Gat | GetCommand::Gats)
-        {
+        if key.len() > MAX_KEY_LEN || matches!(command, GetCommand::Gat | GetCommand::Gats) {
             return false;
         }
         let with_cas = command.returns_cas();
@@ -333,8 +330,20 @@ impl Exec<'_> {
             splice_min: self.splice_min,
             exec: self,
         };
-        let (h, peeked) = hashed.unwrap_or_else(|| (store.hash(key), Peeked::default()));
-        let lookup = store.get_hashed(key, h, peeked, now, compose);
+        // The null store answers as `get_key` does for it: its canned value, a hit.
+        let lookup = if let Some(value) = &self.shared.settings.null_store {
+            compose.visit(ItemRef {
+                key,
+                value,
+                flags: 0,
+                cas: 1,
+                origin: storage::Origin::DETACHED,
+            });
+            Lookup::Hit(())
+        } else {
+            let (h, peeked) = hashed.unwrap_or_else(|| (store.hash(key), Peeked::default()));
+            store.get_hashed(key, h, peeked, now, compose)
+        };
         let mut tally = GetTally {
             lookups: 1,
             ..GetTally::default()
