@@ -285,6 +285,15 @@ pub fn parse_fast(input: &[u8]) -> Option<(Request<'_>, usize, usize)> {
             g.next,
         ));
     }
+    parse_fast_store(input)
+}
+
+/// [`parse_fast`] for what it takes besides gets (a plain `set`), for a caller that
+/// has already tried [`parse_fast_get`].
+#[inline(always)]
+#[must_use]
+pub fn parse_fast_store(input: &[u8]) -> Option<(Request<'_>, usize, usize)> {
+    let head = input.get(..4)?;
     if head == b"set " {
         let key_end = find_delimiter(input, 4)?;
         if key_end == 4 || key_end - 4 > crate::text::MAX_KEY_LEN || input[key_end] != b' ' {

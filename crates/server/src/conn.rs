@@ -16,10 +16,10 @@
 use std::io::{self, IoSlice};
 
 use protocol::binary::REQUEST_MAGIC;
-use protocol::fast::{parse_fast, parse_fast_get};
+use protocol::fast::{parse_fast_get, parse_fast_store};
 use protocol::text::{
     frame_line, parse_request, GetCommand, Keys, LineFrame, Request, StatsGroup, StoreCommand,
-    MAX_GET_LINE_BYTES,
+    MAX_GET_LINE_BYTES, MAX_KEY_LEN,
 };
 use storage::Store;
 
@@ -371,6 +371,10 @@ impl Conn {
             return None;
         }
         let input = &self.rbuf[self.rpos..self.rlen];
+        // Longer than any one-key `gets` line: a multi-get or a batch, not worth a scan.
+        if input.len() > "gets \r\n".len() + MAX_KEY_LEN {
+            return None;
+        }
         let g = parse_fast_get(input).filter(|g| g.next == input.len())?;
         let key = &input[g.key_at..g.key_end];
         if !exec.get_one(g.command, key, None, &mut self.wbuf, &mut self.flush_mark) {
@@ -501,7 +505,8 @@ impl Conn {
         // `Request` built and matched on the way: built, it was spilled to the stack
         // and read back, about 25 instructions a get. `get_one` refuses what it does
         // not take (a key too long), which then runs the general path.
-        if let Some(g) = parse_fast_get(input) {
+        let fast_get = parse_fast_get(input);
+        if let Some(g) = fast_get {
             let key = &input[g.key_at..g.key_end];
             let hashed = if batch && g.next < input.len() {
                 let item_size_max = exec.shared.settings.memcached_item_limit();
@@ -516,7 +521,20 @@ impl Conn {
                 return true;
             }
         }
-        let (request, end, next) = match parse_fast(input) {
+        // `parse_fast`, without reading the get a second time.
+        let fast = match fast_get {
+            Some(g) => Some((
+                Request::Get {
+                    command: g.command,
+                    exptime: 0,
+                    keys: Keys::single(&input[..g.end], g.key_at),
+                },
+                g.end,
+                g.next,
+            )),
+            None => parse_fast_store(input),
+        };
+        let (request, end, next) = match fast {
             Some(fast) => fast,
             None => match frame_line(input) {
                 LineFrame::Line { end, next } => (parse_request(&input[..end]), end, next),
