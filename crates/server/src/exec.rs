@@ -330,16 +330,8 @@ impl Exec<'_> {
             splice_min: self.splice_min,
             exec: self,
         };
-        // The null store answers as `get_key` does for it: its canned value, a hit.
         let lookup = if let Some(value) = &self.shared.settings.null_store {
-            compose.visit(ItemRef {
-                key,
-                value,
-                flags: 0,
-                cas: 1,
-                origin: storage::Origin::DETACHED,
-            });
-            Lookup::Hit(())
+            compose.canned(key, value)
         } else {
             let (h, peeked) = hashed.unwrap_or_else(|| (store.hash(key), Peeked::default()));
             store.get_hashed(key, h, peeked, now, compose)
@@ -505,14 +497,7 @@ impl Exec<'_> {
             exec: self,
         };
         let lookup = if let Some(value) = &self.shared.settings.null_store {
-            compose.visit(ItemRef {
-                key,
-                value,
-                flags: 0,
-                cas: 1,
-                origin: storage::Origin::DETACHED,
-            });
-            Lookup::Hit(())
+            compose.canned(key, value)
         } else {
             let h = hashed.unwrap_or_else(|| self.store().hash(key));
             if run.touch {
@@ -856,6 +841,21 @@ struct ComposeValue<'o> {
     /// [`Exec::splice_min`].
     splice_min: usize,
     exec: &'o Exec<'o>,
+}
+
+impl ComposeValue<'_> {
+    /// The null store's answer to any key (`--null-store`): its canned value, a hit.
+    #[inline(always)]
+    fn canned(self, key: &[u8], value: &[u8]) -> Lookup<()> {
+        self.visit(ItemRef {
+            key,
+            value,
+            flags: 0,
+            cas: 1,
+            origin: storage::Origin::DETACHED,
+        });
+        Lookup::Hit(())
+    }
 }
 
 impl Visit for ComposeValue<'_> {
