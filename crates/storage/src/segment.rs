@@ -165,6 +165,18 @@ impl SegmentMem {
         })
     }
 
+    /// The address of byte `off`, for a lookup that finds a record without the lock and
+    /// reads it under the lock ([`record_at`]); null while the segment has no memory.
+    /// Once non-null it never changes: a segment keeps its memory until the store drops.
+    #[inline(always)]
+    pub fn address_of(&self, off: usize) -> *const u8 {
+        let p = self.ptr.load(Ordering::Acquire);
+        if p.is_null() {
+            return ptr::null();
+        }
+        p.wrapping_add(off)
+    }
+
     /// Borrow `len` bytes at `off` for writing.
     ///
     /// # Safety
@@ -229,29 +241,48 @@ impl SegmentMem {
         // `base`); `ptr::copy` allows overlap; the caller guarantees exclusive access.
         unsafe { ptr::copy(s.as_ptr(), d.as_ptr(), len) }
     }
+}
 
-    /// Ask the CPU to bring the cache lines of `off..off + len` into cache. Safe
-    /// whatever the range and whoever writes it: a prefetch reads nothing the program
-    /// can observe. Does nothing for an unallocated segment.
-    #[inline]
-    pub fn prefetch(&self, off: usize, len: usize) {
-        let p = self.ptr.load(Ordering::Relaxed);
-        if p.is_null() || len == 0 {
-            return;
-        }
-        let start = (p as usize).wrapping_add(off);
-        let last = start.wrapping_add(len - 1) & !63;
-        // The first two lines and the last without a loop: that covers the usual case of
-        // a header, key and value start of up to three lines.
-        prefetch_line(start);
-        prefetch_line(start.wrapping_add(64));
-        prefetch_line(last);
-        let mut line = (start & !63).wrapping_add(128);
-        while line < last {
-            prefetch_line(line);
-            line += 64;
-        }
+/// Ask the CPU to bring the cache lines of `start..start + len` into cache. Safe
+/// whatever the range and whoever writes it: a prefetch reads nothing the program can
+/// observe (see [`prefetch_line`]).
+#[inline(always)]
+pub(crate) fn prefetch_range(start: usize, len: usize) {
+    if len == 0 {
+        return;
     }
+    let last = start.wrapping_add(len - 1) & !63;
+    // The first two lines and the last without a loop: that covers the usual case of
+    // a header, key and value start of up to three lines.
+    prefetch_line(start);
+    prefetch_line(start.wrapping_add(64));
+    prefetch_line(last);
+    let mut line = (start & !63).wrapping_add(128);
+    while line < last {
+        prefetch_line(line);
+        line += 64;
+    }
+}
+
+/// [`SegmentMem::record`] at an address from [`SegmentMem::address_of`], without the
+/// segment: no load of its address and no bounds checks.
+///
+/// # Safety
+/// `rec` is non-null, came from [`SegmentMem::address_of`] for the start of a record
+/// that was written whole inside its segment, and `len_of` returns that record's
+/// length (or less). No thread may write the bytes while the borrow lives (rule 2), and
+/// the segment outlives it.
+#[inline(always)]
+pub(crate) unsafe fn record_at<'a, T>(
+    rec: *const u8,
+    head: usize,
+    len_of: impl FnOnce(&[u8]) -> (usize, T),
+) -> (T, &'a [u8]) {
+    // SAFETY: the record's first `head` bytes are inside the segment (the caller's
+    // record is at least that long), initialised, and not written meanwhile.
+    let (len, decoded) = len_of(unsafe { std::slice::from_raw_parts(rec, head) });
+    // SAFETY: `len` bytes from `rec` are the record (or its start), as above.
+    (decoded, unsafe { std::slice::from_raw_parts(rec, len) })
 }
 
 /// Prefetch the cache line holding address `addr` for reading. Any address will do:

@@ -22,6 +22,7 @@ use crate::item::{
 };
 use crate::pin::Origin;
 use crate::pool::{GroupSlot, PoolState, Reservation, SegmentMeta};
+use crate::segment;
 use crate::segment::{LargePageRegion, SegmentMem};
 use crate::table::{Entry, Peek, Pos};
 use crate::{
@@ -67,7 +68,21 @@ pub struct Peeked {
     /// [`Peeked::MAYBE`]'s position when the peek gave up before the path ended.
     pos: Pos,
     e: u64,
+    /// The address of `e`'s record, carried to the locked lookup so that it does not
+    /// look up the segment and check the record's bounds again (see
+    /// [`Store::record_at_if_key`]); null unless `pos` is a table position.
+    rec: *const u8,
+    /// [`Store::id`] of the store that peeked: a peek is trusted only by its own store.
+    store: u64,
 }
+
+// SAFETY: `rec` is an address, not a borrow: it is dereferenced only by the store that
+// made it (`store`), under the shard lock, once the entry it was computed from is found
+// still indexed (see `Store::find_live_record_from`). Sending or sharing the address
+// itself is harmless.
+unsafe impl Send for Peeked {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Peeked {}
 
 /// What a lookup does with the item it found, under the shard lock: copy the bytes out,
 /// nothing more.
@@ -99,6 +114,8 @@ impl Peeked {
     pub const NONE: Peeked = Peeked {
         pos: Pos::MAX,
         e: 0,
+        rec: std::ptr::null(),
+        store: 0,
     };
 
     /// The peek followed the key's probe path as far as it looks without reaching its
@@ -107,6 +124,8 @@ impl Peeked {
     const MAYBE: Peeked = Peeked {
         pos: Pos::MAX - 1,
         e: 0,
+        rec: std::ptr::null(),
+        store: 0,
     };
 
     /// Whether the key may be in the table, as far as the lock-free look saw: an
@@ -144,6 +163,8 @@ impl KeyHash {
 /// written per store is the CAS counter.
 pub struct Store {
     pub(crate) seed: u64,
+    /// Unique among the stores of this process ([`Peeked::store`]).
+    id: u64,
     pub(crate) shards: Box<[ShardSlot]>,
     /// One per possible shard, so that an index masked to `MAX_SHARDS - 1` needs no
     /// bounds check; only the first `shard_mask + 1` are used (32 KiB in all, and the
@@ -316,8 +337,10 @@ impl StoreBuilder {
         let segments = (0..capacity)
             .map(|_| SegmentMeta::new(segment_size))
             .collect();
+        static STORES: AtomicU64 = AtomicU64::new(0);
         Ok(Store {
             seed: RandomState::new().hash_one(0x5EED_u64),
+            id: STORES.fetch_add(1, Ordering::Relaxed) + 1,
             shards: (0..shards).map(|_| ShardSlot::new()).collect(),
             hints: (0..MAX_SHARDS)
                 .map(|_| Hint::default())
@@ -495,8 +518,17 @@ impl Store {
             Peek::Found(pos, e) => {
                 let (seg, off) = unpack(e);
                 let len = item::HEADER_BYTES + item::FLAGS_BYTES + key_len + 64;
-                self.mem(seg).prefetch(off as usize, len);
-                Peeked { pos, e }
+                let rec = self.mem(seg).address_of(off as usize);
+                if rec.is_null() {
+                    return Peeked::MAYBE;
+                }
+                segment::prefetch_range(rec as usize, len);
+                Peeked {
+                    pos,
+                    e,
+                    rec,
+                    store: self.id,
+                }
             }
             Peek::Absent => Peeked::NONE,
             Peek::Unknown => Peeked::MAYBE,
@@ -1310,10 +1342,13 @@ impl Store {
     ) -> Result<(u64, Header, &[u8]), Lookup<std::convert::Infallible>> {
         let Shard { table, stats, .. } = shard;
         let mut found = None;
-        let Peeked { pos, e } = peeked;
+        let Peeked { pos, e, rec, store } = peeked;
         // `get` is `None` for `Pos::MAX`.
-        if table.get(pos) == Some(e) {
-            found = self.record_if_key(e, key).map(|record| (pos, e, record));
+        if table.get(pos) == Some(e) && store == self.id {
+            // SAFETY: this store computed `rec` from `e` ([`Store::prefetch_record`] never
+            // hands out a null one for a table position), and `e` is indexed in this
+            // locked shard.
+            found = unsafe { self.record_at_if_key(rec, key) }.map(|record| (pos, e, record));
         }
         if found.is_none() {
             // A loop of our own over the candidates, so that the key comparison inlines.
@@ -1353,6 +1388,36 @@ impl Store {
         // another key length gives an empty record, so the key is not read.
         let (p, record) = unsafe {
             self.mem(seg).record(off as usize, PREFIX_BYTES, |b| {
+                let p = Prefix::parse(b);
+                let len = if p.klen == key.len() {
+                    p.total_len()
+                } else {
+                    0
+                };
+                (len, p)
+            })
+        };
+        if p.klen != key.len() {
+            return None;
+        }
+        let ko = p.key_offset();
+        bytes_eq(&record[ko..ko + p.klen], key).then_some(record)
+    }
+
+    /// [`Store::record_if_key`] for a record whose address was computed before the lock
+    /// was taken ([`Store::prefetch_record`]): no segment lookup, no bounds checks.
+    ///
+    /// # Safety
+    /// `rec` is the address [`SegmentMem::address_of`] gave for entry `e` of this store,
+    /// and the caller holds the lock of the shard that indexes `e` now. (A segment's
+    /// address never changes once it has one, so `rec` is still `e`'s record; the record
+    /// was checked to lie inside its segment when it was written, and rule 2 keeps
+    /// writers out while the lock is held.)
+    #[inline(always)]
+    unsafe fn record_at_if_key(&self, rec: *const u8, key: &[u8]) -> Option<&[u8]> {
+        // SAFETY: forwarded from the caller.
+        let (p, record) = unsafe {
+            segment::record_at(rec, PREFIX_BYTES, |b| {
                 let p = Prefix::parse(b);
                 let len = if p.klen == key.len() {
                     p.total_len()
