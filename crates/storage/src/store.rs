@@ -1737,6 +1737,41 @@ mod tests {
     }
 
     #[test]
+    fn peek_carries_the_record_and_only_its_own_store_trusts_it() {
+        let a = store();
+        let b = store();
+        assert_ne!(a.id, b.id);
+        for s in [&a, &b] {
+            s.store(StoreMode::Set, b"key", 3, 0, b"value", 1);
+        }
+        let peek = |s: &Store| {
+            let p = s.prefetch_record(s.hash(b"key"), 3);
+            assert!(!p.rec.is_null() && p.store == s.id);
+            p
+        };
+        let read = |s: &Store, p: Peeked| {
+            s.get_hashed(
+                b"key",
+                s.hash(b"key"),
+                p,
+                1,
+                Call(|i: ItemRef<'_>| i.value.to_vec()),
+            )
+        };
+        // Each store reads its own record through its own peek, and the other's peek
+        // is ignored (the bucket is searched), even where it points at the same slot.
+        let (pa, pb) = (peek(&a), peek(&b));
+        assert_eq!(read(&a, pa), Lookup::Hit(b"value".to_vec()));
+        assert_eq!(read(&b, pa), Lookup::Hit(b"value".to_vec()));
+        // A peek gone stale (the key rewritten elsewhere) is not trusted either.
+        a.store(StoreMode::Set, b"key", 3, 0, b"longer value", 1);
+        assert_eq!(read(&a, pa), Lookup::Hit(b"longer value".to_vec()));
+        a.delete(b"key", 1);
+        assert_eq!(read(&a, pa), Lookup::Miss);
+        assert_eq!(read(&b, pb), Lookup::Hit(b"value".to_vec()));
+    }
+
+    #[test]
     fn overwrite_in_place_rewrites_value_flags_and_header() {
         let s = store();
         let (_, c1) = s.store_cas(StoreMode::Set, b"key", 7, 0, b"first", 1);
