@@ -598,6 +598,14 @@ fn long_multi_gets() {
     }
     let big: Vec<String> = (0..30).map(|i| format!("big{i}")).collect();
     steps.push(Step::from_bytes(line("get", &big).as_bytes()));
+    // Past the pause point with a key too long still to come: nothing more is composed,
+    // the lookups still run, and the command ends in memcached's error.
+    for at in [12, 20, 30] {
+        let mut keys = big.clone();
+        keys.insert(at, long.clone());
+        steps.push(Step::from_bytes(line("gets", &keys).as_bytes()));
+        steps.push(Step::from_bytes(line("get", &keys[..at + 1]).as_bytes()));
+    }
     for args in [&[][..], EVERY_VALUE_IN_PLACE] {
         let mut pair = Pair::start_with(args);
         for writes in [Writes::Whole, Writes::Fragmented] {

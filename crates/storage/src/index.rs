@@ -22,12 +22,13 @@
 //! Statistics that change with items (`curr_items`, `bytes`, `evictions`, ...) are kept
 //! per shard, under the same lock, so no global counter is touched per request.
 
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::segment::prefetch_line;
 use crate::spin::{SpinGuard, SpinMutex};
-use crate::table::{self, Bucket, IndexTable, Peek};
+use crate::table::{self, Bucket, IndexTable, Peek, Published};
 
 /// Pack a location into an index entry.
 #[inline]
@@ -169,6 +170,57 @@ impl<'a> ShardRef<'a> {
         if !published.is_null() {
             prefetch_line(table::prefetch_address(published, h));
         }
+    }
+
+    /// [`ShardRef::prefetch`], keeping where the bucket is for a [`Located::peek`].
+    #[inline(always)]
+    pub fn locate(self, h: u64) -> Located<'a> {
+        prefetch_line(self.slot as *const ShardSlot as usize);
+        // Acquire: the peek reads the array the word names (see `Hint::peek`).
+        let published = self.hint.published.load(Ordering::Acquire);
+        let mut bucket = 0;
+        if !published.is_null() {
+            let mask = (1usize << (published as usize & 63)) - 1;
+            bucket = h as usize & mask;
+            prefetch_line(table::prefetch_address(published, h));
+        }
+        Located {
+            published,
+            bucket,
+            hint: PhantomData,
+        }
+    }
+}
+
+/// Where a key's index bucket was when a multi-get prefetched it ([`ShardRef::locate`]):
+/// the shard's published bucket array and the bucket's index in it, for the peek that
+/// follows once the bucket has arrived. It borrows the store, so the array it names
+/// (which its table keeps until the store drops) outlives it.
+#[derive(Clone, Copy, Debug)]
+pub struct Located<'a> {
+    published: Published,
+    bucket: usize,
+    hint: PhantomData<&'a Hint>,
+}
+
+impl Located<'_> {
+    /// Nothing located: a peek of it finds nothing.
+    pub const NONE: Located<'static> = Located {
+        published: std::ptr::null_mut(),
+        bucket: 0,
+        hint: PhantomData,
+    };
+
+    /// [`Hint::peek`] from the located bucket.
+    #[inline(always)]
+    pub(crate) fn peek(self, h: u64) -> Peek {
+        if self.published.is_null() {
+            return Peek::Absent;
+        }
+        // SAFETY: only `ShardRef::locate` makes a non-null one, from a word its hint
+        // published, with `bucket` masked to that array's length; the table keeps the
+        // array until the store drops, and `self` borrows the store (see `Hint::peek`).
+        unsafe { table::peek_from(self.published, self.bucket, h) }
     }
 }
 

@@ -46,6 +46,7 @@ pub mod store;
 mod table;
 
 pub use evict::Crawl;
+pub use index::Located;
 pub use meta::{ItemMut, MetaArith, MetaStore};
 pub use pin::{Origin, ValuePin};
 pub use store::{

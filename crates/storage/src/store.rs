@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::arith;
-use crate::index::{hash_key, pack, unpack, Hint, Shard, ShardRef, ShardSlot, ShardStats};
+use crate::index::{hash_key, pack, unpack, Hint, Located, Shard, ShardRef, ShardSlot, ShardStats};
 use crate::item::{
     self, Header, NewItem, Prefix, MARK_ACCESSED, MARK_FETCHED, MAX_KEY_BYTES, MUT_LEN, MUT_START,
     PREFIX_BYTES,
@@ -514,14 +514,34 @@ impl Store {
     #[inline(always)]
     pub fn prefetch_record(&self, h: KeyHash, key_len: usize) -> Peeked {
         let found = self.hints[((h.0 >> 40) as usize & self.shard_mask) % MAX_SHARDS].peek(h.0);
+        self.prefetch_found(found, key_len)
+    }
+
+    /// [`Store::prefetch_index`] that keeps where the bucket is, for
+    /// [`Store::prefetch_located`]: the second stage then neither finds the shard's
+    /// bucket array nor computes the bucket again.
+    #[inline(always)]
+    pub fn locate(&self, h: KeyHash) -> Located<'_> {
+        self.shard_for(h.0).locate(h.0)
+    }
+
+    /// [`Store::prefetch_record`] for a key that [`Store::locate`] located.
+    #[inline(always)]
+    pub fn prefetch_located(&self, at: Located<'_>, h: KeyHash, key_len: usize) -> Peeked {
+        self.prefetch_found(at.peek(h.0), key_len)
+    }
+
+    /// Prefetch the record a peek found, and say where it was.
+    #[inline(always)]
+    fn prefetch_found(&self, found: Peek, key_len: usize) -> Peeked {
         match found {
             Peek::Found(pos, e) => {
                 let (seg, off) = unpack(e);
-                let len = item::HEADER_BYTES + item::FLAGS_BYTES + key_len + 64;
                 let rec = self.mem(seg).address_of(off as usize);
                 if rec.is_null() {
                     return Peeked::MAYBE;
                 }
+                let len = item::HEADER_BYTES + item::FLAGS_BYTES + key_len + 64;
                 segment::prefetch_range(rec as usize, len);
                 Peeked {
                     pos,

@@ -487,16 +487,51 @@ pub(crate) unsafe fn peek(published: Published, h: u64) -> Peek {
     if published.is_null() {
         return Peek::Absent;
     }
+    let mask = (1usize << (published as usize & 63)) - 1;
+    // SAFETY: forwarded from the caller; `h & mask` is a bucket of the array.
+    unsafe { peek_from(published, h as usize & mask, h) }
+}
+
+/// [`peek`] that starts at bucket `b`, the bucket of `h` in the array `published`
+/// names, computed already (a multi-get computes it to prefetch the bucket, well
+/// before it peeks).
+///
+/// # Safety
+///
+/// `published` is not null and was returned by [`IndexTable::published`] for a table
+/// that has not been dropped, and `b` is below the length of its array.
+#[inline(always)]
+pub(crate) unsafe fn peek_from(published: Published, b: usize, h: u64) -> Peek {
     let log2 = published as usize & 63;
-    let len = 1usize << log2;
     let base = published.cast::<u8>().wrapping_sub(log2).cast::<Bucket>();
-    // SAFETY: by the contract, `base` is the start of a live, initialised array of `len`
-    // buckets. Its fields are atomics, so shared access while the lock holder writes
-    // them (or the kernel zeroes a retired array's pages) is allowed.
-    let buckets = unsafe { std::slice::from_raw_parts(base, len) };
     let tag = tag_of(h);
-    let mut b = h as usize & (len - 1);
-    for _ in 0..PEEK_BUCKETS.min(len) {
+    // SAFETY: by the contract, `b` is a bucket of the live, initialised array that
+    // starts at `base`. Its fields are atomics, so shared access while the lock holder
+    // writes them (or the kernel zeroes a retired array's pages) is allowed.
+    let bucket = unsafe { &*base.add(b) };
+    let word = bucket.tag_word();
+    let m = matching(word, tag);
+    if m != 0 {
+        let s = first_slot(m);
+        return Peek::Found(b * 8 + s, bucket.slot(s));
+    }
+    if (word >> OVERFLOW_SHIFT) as u8 == 0 {
+        return Peek::Absent;
+    }
+    // SAFETY: as above, for the whole array of `1 << log2` buckets.
+    let buckets = unsafe { std::slice::from_raw_parts(base, 1usize << log2) };
+    peek_further(buckets, b, tag)
+}
+
+/// The rest of a [`peek`]'s probe path, after its first bucket: keys that overflowed
+/// it, rare in a table kept below its load limit.
+#[cold]
+#[inline(never)]
+fn peek_further(buckets: &[Bucket], first: usize, tag: u8) -> Peek {
+    let mask = buckets.len() - 1;
+    let mut b = first;
+    for _ in 1..PEEK_BUCKETS.min(buckets.len()) {
+        b = (b + 1) & mask;
         let bucket = &buckets[b];
         let word = bucket.tag_word();
         let m = matching(word, tag);
@@ -507,7 +542,6 @@ pub(crate) unsafe fn peek(published: Published, h: u64) -> Peek {
         if (word >> OVERFLOW_SHIFT) as u8 == 0 {
             return Peek::Absent;
         }
-        b = (b + 1) & (len - 1);
     }
     Peek::Unknown
 }
