@@ -166,15 +166,13 @@ impl SegmentMem {
     }
 
     /// The address of byte `off`, for a lookup that finds a record without the lock and
-    /// reads it under the lock ([`record_at`]); null while the segment has no memory.
-    /// Once non-null it never changes: a segment keeps its memory until the store drops.
+    /// reads it under the lock ([`record_at`]); `None` while the segment has no memory.
+    /// Once the segment has memory its address never changes: a segment keeps its
+    /// memory until the store drops.
     #[inline(always)]
-    pub fn address_of(&self, off: usize) -> *const u8 {
+    pub fn address_of(&self, off: usize) -> Option<*const u8> {
         let p = self.ptr.load(Ordering::Acquire);
-        if p.is_null() {
-            return ptr::null();
-        }
-        p.wrapping_add(off)
+        (!p.is_null()).then(|| p.wrapping_add(off).cast_const())
     }
 
     /// Borrow `len` bytes at `off` for writing.
@@ -243,25 +241,16 @@ impl SegmentMem {
     }
 }
 
-/// Ask the CPU to bring the cache lines of `start..start + len` into cache. Safe
-/// whatever the range and whoever writes it: a prefetch reads nothing the program can
-/// observe (see [`prefetch_line`]).
+/// Ask the CPU to bring the cache lines of `start..start + len` into cache, as far as
+/// the first two lines and the last go: all of a range of up to 129 bytes (a record's
+/// header, a key of up to 39 bytes and the start of its value); a longer range's middle
+/// lines are left to be fetched on use. Safe whatever the range and whoever writes it:
+/// a prefetch reads nothing the program can observe (see [`prefetch_line`]).
 #[inline(always)]
-pub(crate) fn prefetch_range(start: usize, len: usize) {
-    if len == 0 {
-        return;
-    }
-    let last = start.wrapping_add(len - 1) & !63;
-    // The first two lines and the last without a loop: that covers the usual case of
-    // a header, key and value start of up to three lines.
+pub(crate) fn prefetch_head(start: usize, len: usize) {
     prefetch_line(start);
     prefetch_line(start.wrapping_add(64));
-    prefetch_line(last);
-    let mut line = (start & !63).wrapping_add(128);
-    while line < last {
-        prefetch_line(line);
-        line += 64;
-    }
+    prefetch_line(start.wrapping_add(len.saturating_sub(1)));
 }
 
 /// [`SegmentMem::record`] at an address from [`SegmentMem::address_of`], without the

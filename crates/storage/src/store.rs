@@ -537,12 +537,11 @@ impl Store {
         match found {
             Peek::Found(pos, e) => {
                 let (seg, off) = unpack(e);
-                let rec = self.mem(seg).address_of(off as usize);
-                if rec.is_null() {
+                let Some(rec) = self.mem(seg).address_of(off as usize) else {
                     return Peeked::MAYBE;
-                }
+                };
                 let len = item::HEADER_BYTES + item::FLAGS_BYTES + key_len + 64;
-                segment::prefetch_range(rec as usize, len);
+                segment::prefetch_head(rec as usize, len);
                 Peeked {
                     pos,
                     e,

@@ -293,7 +293,12 @@ impl IndexTable {
     /// Whether the buckets moved since the last call (then the published word is stale).
     #[inline]
     pub fn take_moved(&mut self) -> bool {
-        std::mem::take(&mut self.moved)
+        // Written only when set: a lookup's unlock then only reads it.
+        if self.moved {
+            self.moved = false;
+            return true;
+        }
+        false
     }
 
     /// The first entry whose tag matches `h`, without comparing keys.
