@@ -210,6 +210,13 @@ impl<'a> Keys<'a> {
             .then(|| &self.line[self.pos.min(self.line.len())..])
     }
 
+    /// The keys from here on, found a block of the line at a time (the same keys; see
+    /// [`crate::fast::KeyScan`]), with the line they are in.
+    #[must_use]
+    pub fn scan(&self) -> (crate::fast::KeyScan<'a>, &'a [u8]) {
+        (crate::fast::KeyScan::new(self.line, self.pos), self.line)
+    }
+
     /// Where the next key search starts, to resume later.
     #[must_use]
     pub fn position(&self) -> usize {

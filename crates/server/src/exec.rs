@@ -7,6 +7,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
+use protocol::fast::KeyScan;
 use protocol::text::{DetailOp, GetCommand, Keys, Request, StatsGroup, StoreCommand, MAX_KEY_LEN};
 use storage::{
     ArithOutcome, ItemRef, KeyHash, Located, Lookup, Peeked, Store, StoreMode, StoreOutcome, Visit,
@@ -494,7 +495,7 @@ impl Exec<'_> {
         flush_mark: &mut usize,
     ) -> Option<usize> {
         let store = self.store();
-        let mut chunk = Chunk::new(keys.clone());
+        let mut chunk = Chunk::new(&keys);
         while chunk.fill(store) {
             for slot in &chunk.parsed[..chunk.len] {
                 let end = match self.get_key::<DETAIL, LEAN, CAS>(
@@ -838,15 +839,18 @@ struct Parsed<'a> {
 /// gets) and prefetch its index bucket; then, the buckets having arrived meanwhile,
 /// find each key's entry without the lock and prefetch its record.
 struct Chunk<'a> {
-    keys: Keys<'a>,
+    keys: KeyScan<'a>,
+    line: &'a [u8],
     parsed: [Parsed<'a>; CHUNK],
     len: usize,
 }
 
 impl<'a> Chunk<'a> {
-    fn new(keys: Keys<'a>) -> Self {
+    fn new(keys: &Keys<'a>) -> Self {
+        let (keys, line) = keys.scan();
         Chunk {
             keys,
+            line,
             parsed: [Parsed {
                 key: &[],
                 end: 0,
@@ -861,11 +865,14 @@ impl<'a> Chunk<'a> {
     /// Parse and prefetch the next chunk of keys; false when none are left.
     #[inline]
     fn fill(&mut self, store: &'a Store) -> bool {
-        self.len = 0;
-        while self.len < CHUNK {
-            let Some(key) = self.keys.next() else {
+        // The cursor and count in locals, so that they stay in registers.
+        let mut keys = self.keys.clone();
+        let mut n = 0;
+        for p in &mut self.parsed {
+            let Some((start, end)) = keys.next_key() else {
                 break;
             };
+            let key = &self.line[start..end];
             // Too long: the lookup loop reports it and never gets further.
             let mut hash = KeyHash::default();
             let mut at = Located::NONE;
@@ -873,18 +880,19 @@ impl<'a> Chunk<'a> {
                 hash = store.hash(key);
                 at = store.locate(hash);
             }
-            let p = &mut self.parsed[self.len];
             p.key = key;
-            p.end = self.keys.position();
+            p.end = end;
             p.hash = hash;
             p.at = at;
-            self.len += 1;
+            n += 1;
         }
-        for p in &mut self.parsed[..self.len] {
+        self.keys = keys;
+        self.len = n;
+        for p in &mut self.parsed[..n] {
             // A key too long to look up has nothing located, so its peek finds nothing.
             p.peeked = store.prefetch_located(p.at, p.hash, p.key.len());
         }
-        self.len > 0
+        n > 0
     }
 }
 
