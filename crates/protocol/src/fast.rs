@@ -709,7 +709,13 @@ mod tests {
             // Mostly key bytes, with runs of spaces of every length.
             let spaces = 1 + next() % 12;
             let line: Vec<u8> = (0..len)
-                .map(|_| if next().is_multiple_of(spaces) { b' ' } else { b'x' })
+                .map(|_| {
+                    if next().is_multiple_of(spaces) {
+                        b' '
+                    } else {
+                        b'x'
+                    }
+                })
                 .collect();
             let from = (next() as usize) % (len + 1);
             assert_eq!(

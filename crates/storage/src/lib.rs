@@ -13,10 +13,15 @@
 //! | `pool`      | the segment pool: free list, FIFO of sealed segments, writer groups      |
 //! | `evict`     | eviction of the oldest segment with second chance for accessed items     |
 //! | `item`      | the packed item header (byte layout diagram lives there)                 |
-//! | `segment`   | the only `unsafe` code: raw segment memory shared between threads        |
+//! | `segment`   | raw segment memory shared between threads: most of the `unsafe` code     |
 //! | `pin`       | value pins: values read in place after the lookup, for vectored sends    |
 //! | `arith`     | memcached incr/decr number parsing and formatting                        |
 //! | [`meta`]    | meta-protocol operations: items held under the lock, stale/win bits      |
+//!
+//! `unsafe` code lives in `segment` (segment memory, and records read at an address
+//! carried from a lock-free peek), `table` (the lock-free peek of a bucket array) and
+//! `spin` (the lock); `index` and `store` call them with the locking protocol's
+//! arguments in their `SAFETY` comments.
 //!
 //! The design (segment log, locking protocol, eviction, per-item byte cost) is written up
 //! in `docs/design.md` at the workspace root.

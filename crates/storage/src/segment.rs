@@ -1,6 +1,6 @@
 //! Raw segment memory shared between threads, and the crate's other raw-memory
-//! helpers (prefetch, page release). With `table::peek` the only `unsafe` code in the
-//! crate.
+//! helpers (prefetch, page release, a record read at an address carried from a peek).
+//! With `table`'s lock-free peek and `spin`'s lock, the crate's `unsafe` code.
 //!
 //! A segment is one fixed-size byte buffer, allocated zeroed on first use (so pages that
 //! were never written are not resident) and freed only when the store is dropped.

@@ -1800,6 +1800,42 @@ mod tests {
     }
 
     #[test]
+    fn peek_located_before_the_table_grows_still_finds_every_key() {
+        // Keys located (bucket array and bucket kept) while the table is small, then
+        // enough keys stored to grow it several times before the peeks and lookups:
+        // each peek reads an array the table has outgrown, and each lookup still
+        // finds its key (or its absence) under the lock.
+        let n = if cfg!(miri) { 40 } else { 2_000u32 };
+        let s = Store::builder().memory_limit(8 << 20).build().unwrap();
+        let keys: Vec<Vec<u8>> = (0..n).map(|k| format!("key-{k}").into_bytes()).collect();
+        for k in keys.iter().step_by(2) {
+            s.store(StoreMode::Set, k, 0, 0, k, 1);
+        }
+        let hashes: Vec<KeyHash> = keys.iter().map(|k| s.hash(k)).collect();
+        let located: Vec<Located<'_>> = hashes.iter().map(|&h| s.locate(h)).collect();
+        for i in 0..8 * n {
+            let k = format!("grow-{i}");
+            s.store(StoreMode::Set, k.as_bytes(), 0, 0, b"g", 1);
+        }
+        for (i, k) in keys.iter().enumerate() {
+            let p = s.prefetch_located(located[i], hashes[i], k.len());
+            let got = s.get_hashed(
+                k,
+                hashes[i],
+                p,
+                1,
+                Call(|it: ItemRef<'_>| it.value.to_vec()),
+            );
+            let want = if i % 2 == 0 {
+                Lookup::Hit(k.clone())
+            } else {
+                Lookup::Miss
+            };
+            assert_eq!(got, want, "{}", String::from_utf8_lossy(k));
+        }
+    }
+
+    #[test]
     fn overwrite_in_place_rewrites_value_flags_and_header() {
         let s = store();
         let (_, c1) = s.store_cas(StoreMode::Set, b"key", 7, 0, b"first", 1);
