@@ -104,6 +104,9 @@ fn push_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
+/// Append a reply line unless `noreply`. Inlined, so that a literal line is copied
+/// with stores of its known length rather than a call to `memcpy`.
+#[inline(always)]
 fn reply(out: &mut Vec<u8>, noreply: bool, line: &[u8]) {
     if !noreply {
         out.extend_from_slice(line);
@@ -675,34 +678,39 @@ impl Exec<'_> {
                 .store_cas_hashed(mode, key, hashed, flags, exptime, &data[..len], now)
                 .0
         };
-        let line: &[u8] = match outcome {
+        // Each arm writes its own literal: through one `&[u8]` chosen by the match, the
+        // copy was a `memcpy` call, about 20 instructions of every set.
+        match outcome {
             StoreOutcome::Stored => {
                 if command == StoreCommand::Cas {
                     bump(&self.stats.cas_hits, 1);
                 }
-                b"STORED\r\n"
+                reply(out, noreply, b"STORED\r\n");
             }
-            StoreOutcome::NotStored => b"NOT_STORED\r\n",
+            StoreOutcome::NotStored => reply(out, noreply, b"NOT_STORED\r\n"),
             StoreOutcome::Exists => {
                 bump(&self.stats.cas_badval, 1);
-                b"EXISTS\r\n"
+                reply(out, noreply, b"EXISTS\r\n");
             }
             StoreOutcome::NotFound => {
                 bump(&self.stats.cas_misses, 1);
-                b"NOT_FOUND\r\n"
+                reply(out, noreply, b"NOT_FOUND\r\n");
             }
             StoreOutcome::TooLarge => {
                 bump(&self.stats.store_too_large, 1);
                 self.drop_stale_on_failed_set(command, key, now);
-                b"SERVER_ERROR object too large for cache\r\n"
+                reply(out, noreply, b"SERVER_ERROR object too large for cache\r\n");
             }
             StoreOutcome::NoMemory => {
                 bump(&self.stats.store_no_memory, 1);
                 self.drop_stale_on_failed_set(command, key, now);
-                b"SERVER_ERROR out of memory storing object\r\n"
+                reply(
+                    out,
+                    noreply,
+                    b"SERVER_ERROR out of memory storing object\r\n",
+                );
             }
-        };
-        reply(out, noreply, line);
+        }
     }
 
     /// A storage command refused before its data is read: the value can
