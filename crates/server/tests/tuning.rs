@@ -127,6 +127,19 @@ fn wait_crawl_done(server: &ServerProcess) {
     }
 }
 
+/// Waits until the server's settings say the crawler is off.
+fn wait_crawler_stopped(server: &ServerProcess) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.stats("settings")["lru_crawler"] != "no" {
+        assert!(
+            Instant::now() < deadline,
+            "{}: crawler never stopped",
+            server.describe()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Each command's reply on one connection (the empty string for none), and the tuned
 /// settings afterwards.
 fn run_script(kind: ServerKind, args: &[&str], script: &[&str]) -> (Vec<String>, Vec<String>) {
@@ -136,6 +149,13 @@ fn run_script(kind: ServerKind, args: &[&str], script: &[&str]) -> (Vec<String>,
     let mut replies = Vec::new();
     for line in script {
         let reply = conn.request(format!("{line}\r\n").as_bytes());
+        if *line == "lru_crawler disable" && reply == b"OK\r\n" {
+            // memcached answers before its crawler thread has stopped, and says it is
+            // disabled only once the thread has (a crawl asked for meanwhile gets
+            // `ERROR an unknown error happened`): wait for that, as a client would
+            // have to.
+            wait_crawler_stopped(&server);
+        }
         if line.starts_with("lru_crawler crawl") && reply == b"OK\r\n" {
             // A crawl started: let it end, so the next one is not refused as busy.
             // (memcached's crawler thread may take a moment to report it running.)
