@@ -113,31 +113,28 @@ const TUNED_SETTINGS: &[&str] = &[
     "temporary_ttl",
 ];
 
-/// Waits until the server reports no crawl running (memcached's crawler and ferrocache's
-/// both finish an almost empty cache in well under a second).
-fn wait_crawl_done(server: &ServerProcess) {
+/// Polls the server until `done` holds (10 s at most).
+fn wait_until(server: &ServerProcess, what: &str, done: impl Fn(&ServerProcess) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while server.stats("")["lru_crawler_running"] != "0" {
-        assert!(
-            Instant::now() < deadline,
-            "{}: crawl never ended",
-            server.describe()
-        );
+    while !done(server) {
+        assert!(Instant::now() < deadline, "{}: {what}", server.describe());
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
+/// Waits until the server reports no crawl running (memcached's crawler and ferrocache's
+/// both finish an almost empty cache in well under a second).
+fn wait_crawl_done(server: &ServerProcess) {
+    wait_until(server, "crawl never ended", |s| {
+        s.stats("")["lru_crawler_running"] == "0"
+    });
+}
+
 /// Waits until the server's settings say the crawler is off.
 fn wait_crawler_stopped(server: &ServerProcess) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.stats("settings")["lru_crawler"] != "no" {
-        assert!(
-            Instant::now() < deadline,
-            "{}: crawler never stopped",
-            server.describe()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(server, "crawler never stopped", |s| {
+        s.stats("settings")["lru_crawler"] == "no"
+    });
 }
 
 /// Each command's reply on one connection (the empty string for none), and the tuned

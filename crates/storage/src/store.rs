@@ -1406,21 +1406,10 @@ impl Store {
         // are read only under the shard lock, which every caller holds. A prefix with
         // another key length gives an empty record, so the key is not read.
         let (p, record) = unsafe {
-            self.mem(seg).record(off as usize, PREFIX_BYTES, |b| {
-                let p = Prefix::parse(b);
-                let len = if p.klen == key.len() {
-                    p.total_len()
-                } else {
-                    0
-                };
-                (len, p)
-            })
+            self.mem(seg)
+                .record(off as usize, PREFIX_BYTES, len_if_key_len(key.len()))
         };
-        if p.klen != key.len() {
-            return None;
-        }
-        let ko = p.key_offset();
-        bytes_eq(&record[ko..ko + p.klen], key).then_some(record)
+        if_key(p, record, key)
     }
 
     /// [`Store::record_if_key`] for a record whose address was computed before the lock
@@ -1435,22 +1424,9 @@ impl Store {
     #[inline(always)]
     unsafe fn record_at_if_key(&self, rec: *const u8, key: &[u8]) -> Option<&[u8]> {
         // SAFETY: forwarded from the caller.
-        let (p, record) = unsafe {
-            segment::record_at(rec, PREFIX_BYTES, |b| {
-                let p = Prefix::parse(b);
-                let len = if p.klen == key.len() {
-                    p.total_len()
-                } else {
-                    0
-                };
-                (len, p)
-            })
-        };
-        if p.klen != key.len() {
-            return None;
-        }
-        let ko = p.key_offset();
-        bytes_eq(&record[ko..ko + p.klen], key).then_some(record)
+        let (p, record) =
+            unsafe { segment::record_at(rec, PREFIX_BYTES, len_if_key_len(key.len())) };
+        if_key(p, record, key)
     }
 
     /// Account for entry `e` having been removed from a locked shard.
@@ -1603,6 +1579,27 @@ fn copy_key(dst: &mut [u8], key: &[u8]) {
         dst[..8].copy_from_slice(&key[..8]);
         dst[n - 8..].copy_from_slice(&key[n - 8..]);
     }
+}
+
+/// For reading a record from its prefix: its length if its key is `key_len` bytes
+/// long, else 0 (so that nothing past the prefix is read), with the prefix.
+#[inline(always)]
+fn len_if_key_len(key_len: usize) -> impl FnOnce(&[u8]) -> (usize, Prefix) {
+    move |b| {
+        let p = Prefix::parse(b);
+        let len = if p.klen == key_len { p.total_len() } else { 0 };
+        (len, p)
+    }
+}
+
+/// `record` (read with [`len_if_key_len`]) if its key is `key`.
+#[inline(always)]
+fn if_key<'r>(p: Prefix, record: &'r [u8], key: &[u8]) -> Option<&'r [u8]> {
+    if p.klen != key.len() {
+        return None;
+    }
+    let ko = p.key_offset();
+    bytes_eq(&record[ko..ko + p.klen], key).then_some(record)
 }
 
 /// Byte-slice equality without a call to `memcmp`: keys are short (20 to 50 bytes is

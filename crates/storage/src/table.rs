@@ -513,19 +513,25 @@ pub(crate) unsafe fn peek_from(published: Published, b: usize, h: u64) -> Peek {
     // SAFETY: by the contract, `b` is a bucket of the live, initialised array that
     // starts at `base`. Its fields are atomics, so shared access while the lock holder
     // writes them (or the kernel zeroes a retired array's pages) is allowed.
-    let bucket = unsafe { &*base.add(b) };
-    let word = bucket.tag_word();
-    let m = matching(word, tag);
-    if m != 0 {
-        let s = first_slot(m);
-        return Peek::Found(b * 8 + s, bucket.slot(s));
-    }
-    if (word >> OVERFLOW_SHIFT) as u8 == 0 {
-        return Peek::Absent;
+    if let Some(found) = peek_bucket(unsafe { &*base.add(b) }, b, tag) {
+        return found;
     }
     // SAFETY: as above, for the whole array of `1 << log2` buckets.
     let buckets = unsafe { std::slice::from_raw_parts(base, 1usize << log2) };
     peek_further(buckets, b, tag)
+}
+
+/// One bucket of a [`peek`]'s probe path: the entry of the tag, or `Absent` when no key
+/// overflowed the bucket; `None` when the path goes on.
+#[inline(always)]
+fn peek_bucket(bucket: &Bucket, b: usize, tag: u8) -> Option<Peek> {
+    let word = bucket.tag_word();
+    let m = matching(word, tag);
+    if m != 0 {
+        let s = first_slot(m);
+        return Some(Peek::Found(b * 8 + s, bucket.slot(s)));
+    }
+    ((word >> OVERFLOW_SHIFT) as u8 == 0).then_some(Peek::Absent)
 }
 
 /// The rest of a [`peek`]'s probe path, after its first bucket: keys that overflowed
@@ -537,15 +543,8 @@ fn peek_further(buckets: &[Bucket], first: usize, tag: u8) -> Peek {
     let mut b = first;
     for _ in 1..PEEK_BUCKETS.min(buckets.len()) {
         b = (b + 1) & mask;
-        let bucket = &buckets[b];
-        let word = bucket.tag_word();
-        let m = matching(word, tag);
-        if m != 0 {
-            let s = first_slot(m);
-            return Peek::Found(b * 8 + s, bucket.slot(s));
-        }
-        if (word >> OVERFLOW_SHIFT) as u8 == 0 {
-            return Peek::Absent;
+        if let Some(found) = peek_bucket(&buckets[b], b, tag) {
+            return found;
         }
     }
     Peek::Unknown
