@@ -171,17 +171,8 @@ impl<'a> ShardRef<'a> {
     }
 
     /// Prefetch the shard's lock word and the table bucket where hash `h` starts,
-    /// without locking. Either may be stale; the lookup that follows is correct anyway.
-    #[inline]
-    pub fn prefetch(self, h: u64) {
-        prefetch_line(self.slot as *const ShardSlot as usize);
-        let published = self.hint.published.load(Ordering::Relaxed);
-        if !published.is_null() {
-            prefetch_line(table::prefetch_address(published, h));
-        }
-    }
-
-    /// [`ShardRef::prefetch`], keeping where the bucket is for a [`Located::peek`].
+    /// without locking, and say where the bucket is, for a [`Located::peek`]. Either
+    /// may be stale; the lookup that follows is correct anyway.
     #[inline(always)]
     pub fn locate(self, h: u64) -> Located<'a> {
         prefetch_line(self.slot as *const ShardSlot as usize);

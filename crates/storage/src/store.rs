@@ -503,7 +503,7 @@ impl Store {
     /// misses of many keys.
     #[inline(always)]
     pub fn prefetch_index(&self, h: KeyHash) {
-        self.shard_for(h.0).prefetch(h.0);
+        self.shard_for(h.0).locate(h.0);
     }
 
     /// Second stage, for the same chunk of keys, once their buckets have arrived: without
