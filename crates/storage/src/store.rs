@@ -535,7 +535,9 @@ impl Store {
     #[inline(always)]
     fn prefetch_found(&self, found: Peek, key_len: usize) -> Peeked {
         match found {
-            Peek::Found(pos, e) => {
+            // An entry read as 0 is a slot being filled or emptied meanwhile; 0 is also
+            // the one entry the check under the lock cannot confirm (`holds`).
+            Peek::Found(pos, e) if e != 0 => {
                 let (seg, off) = unpack(e);
                 let Some(rec) = self.mem(seg).address_of(off as usize) else {
                     return Peeked::MAYBE;
@@ -550,7 +552,7 @@ impl Store {
                 }
             }
             Peek::Absent => Peeked::NONE,
-            Peek::Unknown => Peeked::MAYBE,
+            Peek::Found(..) | Peek::Unknown => Peeked::MAYBE,
         }
     }
 
@@ -1362,8 +1364,8 @@ impl Store {
         let Shard { table, stats, .. } = shard;
         let mut found = None;
         let Peeked { pos, e, rec, store } = peeked;
-        // `get` is `None` for `Pos::MAX`.
-        if table.get(pos) == Some(e) && store == self.id {
+        // `holds` is false for the positions of `Peeked::NONE` and `MAYBE` (entry 0).
+        if table.holds(pos, e) && store == self.id {
             // SAFETY: this store computed `rec` from `e` ([`Store::prefetch_record`] never
             // hands out a null one for a table position), and `e` is indexed in this
             // locked shard.
@@ -1767,8 +1769,23 @@ mod tests {
         let b = store();
         assert_ne!(a.id, b.id);
         for s in [&a, &b] {
+            s.store(StoreMode::Set, b"first", 3, 0, b"at entry 0", 1);
             s.store(StoreMode::Set, b"key", 3, 0, b"value", 1);
         }
+        // The first item's entry is 0, which the check under the lock cannot tell from an
+        // empty slot: its peek carries no record, and the lookup searches the bucket.
+        let first = a.prefetch_record(a.hash(b"first"), 5);
+        assert!(first.rec.is_null() && first.may_exist());
+        assert_eq!(
+            a.get_hashed(
+                b"first",
+                a.hash(b"first"),
+                first,
+                1,
+                Call(|i: ItemRef<'_>| i.value.to_vec())
+            ),
+            Lookup::Hit(b"at entry 0".to_vec())
+        );
         let peek = |s: &Store| {
             let p = s.prefetch_record(s.hash(b"key"), 3);
             assert!(!p.rec.is_null() && p.store == s.id);

@@ -61,30 +61,43 @@ const PEEK_BUCKETS: usize = 4;
 /// A position in the table: `bucket * 8 + slot`.
 pub(crate) type Pos = usize;
 
-/// Seven tags, the overflow count and seven entries. The fields are atomics so that
-/// [`peek`] may read a bucket without the shard lock while its owner writes it; the
-/// owner, under the lock, reads and writes them with relaxed loads and stores, which
-/// compile to the plain moves a non-atomic field would.
+/// Seven tags, the overflow count and seven entries, as eight words. The words are
+/// atomics so that [`peek`] may read a bucket without the shard lock while its owner
+/// writes it; the owner, under the lock, reads and writes them with relaxed loads and
+/// stores, which compile to the plain moves a non-atomic field would.
 #[repr(C, align(64))]
 pub(crate) struct Bucket {
-    /// Byte `i < 7`: the tag of slot `i` (0 = empty). Byte 7: entries that passed this
-    /// bucket because it (and maybe more) was full.
-    tags: AtomicU64,
-    slots: [AtomicU64; SLOTS],
+    /// Word 0, the tag word: byte `i < 7` is the tag of slot `i` (0 = empty), byte 7
+    /// the entries that passed this bucket because it (and maybe more) was full.
+    /// Word `1 + i`: the entry of slot `i`, 0 while the slot is empty. So the entry at
+    /// position `pos` is word `pos + 1` of the array, counting words (see
+    /// [`IndexTable::holds`]).
+    words: [AtomicU64; 8],
 }
 
 impl Bucket {
     const fn new() -> Bucket {
         Bucket {
-            tags: AtomicU64::new(0),
-            slots: [const { AtomicU64::new(0) }; SLOTS],
+            words: [const { AtomicU64::new(0) }; 8],
         }
     }
 
     /// The tags and `overflow` as one word (byte 7 is `overflow`).
     #[inline(always)]
     fn tag_word(&self) -> u64 {
-        self.tags.load(Relaxed)
+        self.words[0].load(Relaxed)
+    }
+
+    /// Write the tag word; only the lock holder writes.
+    #[inline(always)]
+    fn set_tag_word(&self, w: u64) {
+        self.words[0].store(w, Relaxed);
+    }
+
+    /// The cell of slot `s < 7`.
+    #[inline(always)]
+    fn cell(&self, s: usize) -> &AtomicU64 {
+        &self.words[1 + s]
     }
 
     #[inline(always)]
@@ -96,7 +109,7 @@ impl Bucket {
     #[inline(always)]
     fn set_tag(&self, s: usize, tag: u8) {
         let w = self.tag_word() & !(0xFF << (8 * s)) | u64::from(tag) << (8 * s);
-        self.tags.store(w, Relaxed);
+        self.set_tag_word(w);
     }
 
     #[inline(always)]
@@ -109,13 +122,12 @@ impl Bucket {
     fn add_overflow(&self, delta: u8) {
         let w = self.tag_word();
         let over = ((w >> OVERFLOW_SHIFT) as u8).wrapping_add(delta);
-        self.tags
-            .store(w & TAG_BYTES | u64::from(over) << OVERFLOW_SHIFT, Relaxed);
+        self.set_tag_word(w & TAG_BYTES | u64::from(over) << OVERFLOW_SHIFT);
     }
 
     #[inline(always)]
     fn slot(&self, s: usize) -> u64 {
-        self.slots[s].load(Relaxed)
+        self.cell(s).load(Relaxed)
     }
 
     /// Slots whose tag equals `tag`, as a mask with bit 7 of byte `i` set for slot `i`.
@@ -307,6 +319,23 @@ impl IndexTable {
         self.find_map(h, Some).map(|(_, e)| e)
     }
 
+    /// Whether the slot at `pos` holds `e`, an entry other than 0: the check under the
+    /// lock that a peek's entry is still indexed where the peek saw it. Exact without
+    /// the slot's tag, as an emptied slot holds 0 (see [`IndexTable::remove`]). Read as
+    /// word `pos + 1` of the array (see [`Bucket`]): a bounds check and a load, about
+    /// half of [`IndexTable::get`]'s work. Any `pos` may be asked, `Pos::MAX` included.
+    #[inline(always)]
+    pub fn holds(&self, pos: Pos, e: u64) -> bool {
+        let w = pos.wrapping_add(1);
+        // Word 0 of a bucket is its tag word, not a slot.
+        e != 0
+            && w % 8 != 0
+            && self
+                .buckets
+                .get(w / 8)
+                .is_some_and(|b| b.words[w % 8].load(Relaxed) == e)
+    }
+
     /// The entry at `pos`, if that slot is in use.
     #[inline]
     pub fn get(&self, pos: Pos) -> Option<u64> {
@@ -324,7 +353,7 @@ impl IndexTable {
         // A load and a store, not a swap: only the lock holder writes, and a swap
         // would be a locked instruction.
         let old = bucket.slot(pos % 8);
-        bucket.slots[pos % 8].store(e, Relaxed);
+        bucket.cell(pos % 8).store(e, Relaxed);
         old
     }
 
@@ -341,7 +370,7 @@ impl IndexTable {
         debug_assert!(bucket.tag(s) == tag_of(h));
         let e = bucket.slot(s);
         bucket.set_tag(s, 0);
-        bucket.slots[s].store(0, Relaxed);
+        bucket.cell(s).store(0, Relaxed);
         let mut b = h as usize & mask;
         while b != at {
             let passed = &self.buckets[b];
@@ -380,7 +409,7 @@ impl IndexTable {
             let free = bucket.empty_slots();
             if free != 0 {
                 let s = first_slot(free);
-                bucket.slots[s].store(e, Relaxed);
+                bucket.cell(s).store(e, Relaxed);
                 bucket.set_tag(s, tag_of(h));
                 self.items += 1;
                 return b * 8 + s;
@@ -724,19 +753,36 @@ mod tests {
             );
         }
         // Every used slot is a model entry, found again at its position.
+        // `holds` agrees with `get` everywhere, and never confirms entry 0 or a tag word.
         let mut seen = 0;
+        let mut held = Vec::new();
         for pos in 0..t.positions() {
             if let Some(e) = t.get(pos) {
                 assert!(model.contains_key(&e));
                 assert_eq!(t.find(h(e), |x| x == e), Some((pos, e)));
+                assert!(t.holds(pos, e), "position {pos}");
+                assert!(!t.holds(pos, e + 1));
+                held.push((pos, e));
                 seen += 1;
+            } else {
+                assert!(!t.holds(pos, 0), "empty position {pos}");
+            }
+            if pos % 8 == 7 {
+                let tags = t.buckets[pos / 8].tag_word();
+                assert!(tags == 0 || !t.holds(pos, tags), "tag word at {pos}");
             }
         }
         assert_eq!(seen, model.len());
-        // Remove everything: every overflow count must come back to 0.
+        let any = held.first().map_or(1, |&(_, e)| e);
+        for pos in [t.positions(), Pos::MAX - 1, Pos::MAX] {
+            assert!(!t.holds(pos, any) && !t.holds(pos, 0));
+        }
+        // Remove everything: every overflow count must come back to 0, and no removed
+        // entry is held where it was.
         for &e in model.keys() {
             t.find_entry(h(e), |x| x == e).unwrap().remove();
         }
+        assert!(held.iter().all(|&(pos, e)| !t.holds(pos, e)));
         assert_eq!(t.len(), 0);
         assert!(t
             .buckets
