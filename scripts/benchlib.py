@@ -20,7 +20,12 @@ started = []
 
 
 def build_and_locate():
-    """Build the server and ferrobench in release; return the target directory."""
+    """Build the server and ferrobench in release; return the target directory.
+
+    With FERRO_PREBUILT=1 nothing is built and the target directory is the checkout's
+    own `target` (a machine without a Rust toolchain, given the two binaries)."""
+    if os.environ.get("FERRO_PREBUILT") == "1":
+        return os.path.join(ROOT, "target")
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "ferrocache-server",
                     "-p", "ferrocache-bench"], cwd=ROOT, check=True)
     meta = subprocess.run(
@@ -51,13 +56,14 @@ def cpu_secs(pid):
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def start(kind, argv, cpu, udp=False, extra=()):
-    """Start `argv` (a server binary and nothing else) with -t 1 on CPU `cpu`.
+def start(kind, argv, cpu, udp=False, extra=(), threads=1):
+    """Start `argv` (a server binary and nothing else) with `threads` workers (-t) on
+    CPU `cpu` (a number, or a taskset list such as "0-3").
 
     `kind` is "memcached" or anything else for ferrocache (it picks the -u user when
     running as root). Returns (process, port) once the port accepts."""
     port = free_port()
-    args = list(argv) + ["-t", "1", "-m", "1024", "-c", "4096", "-p", str(port),
+    args = list(argv) + ["-t", str(threads), "-m", "1024", "-c", "4096", "-p", str(port),
                          "-U", str(port) if udp else "0", "-l", "127.0.0.1"] + list(extra)
     if os.geteuid() == 0:
         args += ["-u", "nobody" if kind == "memcached" else "root"]
@@ -80,8 +86,8 @@ def stop(proc):
     started.remove(proc)
 
 
-def ferrobench(bench, port, cpu, extra, timeout=120):
-    cmd = ["taskset", "-c", str(cpu), bench, "-s", f"127.0.0.1:{port}", "-t", "1",
+def ferrobench(bench, port, cpu, extra, timeout=120, threads=1):
+    cmd = ["taskset", "-c", str(cpu), bench, "-s", f"127.0.0.1:{port}", "-t", str(threads),
            "--json", "--quiet"] + list(extra)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True,
                          timeout=timeout).stdout
