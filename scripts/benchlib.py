@@ -50,10 +50,15 @@ def free_port():
     raise RuntimeError("no free port")
 
 
-def cpu_secs(pid):
+def cpu_split(pid):
+    """(user, system) CPU seconds of process `pid` so far, all its threads."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS
+
+
+def cpu_secs(pid):
+    return sum(cpu_split(pid))
 
 
 def start(kind, argv, cpu, udp=False, extra=(), threads=1):

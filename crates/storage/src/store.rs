@@ -24,7 +24,7 @@ use crate::pin::Origin;
 use crate::pool::{GroupSlot, PoolState, Reservation, SegmentMeta};
 use crate::segment;
 use crate::segment::{LargePageRegion, SegmentMem};
-use crate::table::{Entry, Peek, Pos};
+use crate::table::{Cell, Entry, Peek};
 use crate::{
     ArithOutcome, BuildError, ItemRef, Lookup, RelTime, StoreMode, StoreOutcome, StoreStats,
 };
@@ -64,13 +64,13 @@ pub const PREFETCH_DISTANCE: usize = 8;
 /// the lookup checks under the lock (one load) before searching the bucket itself.
 #[derive(Clone, Copy, Debug)]
 pub struct Peeked {
-    /// Where the entry was seen; `Pos::MAX` when the probe path ended without it, and
-    /// [`Peeked::MAYBE`]'s position when the peek gave up before the path ended.
-    pos: Pos,
+    /// Where the entry was seen; `Cell::NONE` when the probe path ended without it, and
+    /// `Cell::OTHER` when the peek gave up before the path ended.
+    cell: Cell,
     e: u64,
     /// The address of `e`'s record, carried to the locked lookup so that it does not
     /// look up the segment and check the record's bounds again (see
-    /// [`Store::record_at_if_key`]); null unless `pos` is a table position.
+    /// [`Store::record_at_if_key`]); null unless `cell` is a slot's.
     rec: *const u8,
     /// [`Store::id`] of the store that peeked: a peek is trusted only by its own store.
     store: u64,
@@ -112,17 +112,17 @@ impl<R, F: FnOnce(ItemRef<'_>) -> R> Visit for Call<F> {
 impl Peeked {
     /// Nothing seen: [`Peeked::default`], usable in constants.
     pub const NONE: Peeked = Peeked {
-        pos: Pos::MAX,
+        cell: Cell::NONE,
         e: 0,
         rec: std::ptr::null(),
         store: 0,
     };
 
     /// The peek followed the key's probe path as far as it looks without reaching its
-    /// end: the key may be further on. No table position is `Pos::MAX - 1`, so the check
-    /// under the lock finds no entry there and searches the bucket.
+    /// end: the key may be further on. Its cell is no slot's, so the check under the
+    /// lock finds no entry there and searches the bucket.
     const MAYBE: Peeked = Peeked {
-        pos: Pos::MAX - 1,
+        cell: Cell::OTHER,
         e: 0,
         rec: std::ptr::null(),
         store: 0,
@@ -134,7 +134,7 @@ impl Peeked {
     /// overwrite in place, see [`Store::store_whole`].)
     #[inline]
     pub(crate) fn may_exist(&self) -> bool {
-        self.pos != Pos::MAX
+        self.cell != Cell::NONE
     }
 }
 
@@ -536,8 +536,8 @@ impl Store {
     fn prefetch_found(&self, found: Peek, key_len: usize) -> Peeked {
         match found {
             // An entry read as 0 is a slot being filled or emptied meanwhile; 0 is also
-            // the one entry the check under the lock cannot confirm (`holds`).
-            Peek::Found(pos, e) if e != 0 => {
+            // the one entry the check under the lock cannot confirm (`holds_at`).
+            Peek::Found(cell, e) if e != 0 => {
                 let (seg, off) = unpack(e);
                 let Some(rec) = self.mem(seg).address_of(off as usize) else {
                     return Peeked::MAYBE;
@@ -545,7 +545,7 @@ impl Store {
                 let len = item::HEADER_BYTES + item::FLAGS_BYTES + key_len + 64;
                 segment::prefetch_head(rec as usize, len);
                 Peeked {
-                    pos,
+                    cell,
                     e,
                     rec,
                     store: self.id,
@@ -1363,13 +1363,20 @@ impl Store {
     ) -> Result<(u64, Header, &[u8]), Lookup<std::convert::Infallible>> {
         let Shard { table, stats, .. } = shard;
         let mut found = None;
-        let Peeked { pos, e, rec, store } = peeked;
-        // `holds` is false for the positions of `Peeked::NONE` and `MAYBE` (entry 0).
-        if table.holds(pos, e) && store == self.id {
-            // SAFETY: this store computed `rec` from `e` ([`Store::prefetch_record`] never
-            // hands out a null one for a table position), and `e` is indexed in this
-            // locked shard.
-            found = unsafe { self.record_at_if_key(rec, key) }.map(|record| (pos, e, record));
+        let Peeked {
+            cell,
+            e,
+            rec,
+            store,
+        } = peeked;
+        // `holds_at` is false for the cells of `Peeked::NONE` and `MAYBE` (entry 0).
+        if store == self.id {
+            if let Some(pos) = table.holds_at(cell, e) {
+                // SAFETY: this store computed `rec` from `e` ([`Store::prefetch_record`]
+                // never hands out a null one for a slot's cell), and `e` is indexed in
+                // this locked shard.
+                found = unsafe { self.record_at_if_key(rec, key) }.map(|record| (pos, e, record));
+            }
         }
         if found.is_none() {
             // A loop of our own over the candidates, so that the key comparison inlines.
@@ -1748,7 +1755,7 @@ mod tests {
         for k in &keys {
             let p = s.prefetch_record(s.hash(k), k.len());
             assert!(p.may_exist(), "{:?}", String::from_utf8_lossy(k));
-            maybe += usize::from(p.pos == Peeked::MAYBE.pos);
+            maybe += usize::from(p.cell == Peeked::MAYBE.cell);
         }
         let before = s.stats();
         for k in &keys {

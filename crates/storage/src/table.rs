@@ -35,8 +35,9 @@
 //! moves a non-atomic field would compile to), a table publishes where its array is
 //! ([`IndexTable::published`]), and an array the table outgrows is kept until the table
 //! is dropped: a reader may still hold its address. Large outgrown arrays give their
-//! pages back to the kernel and read as empty. This and `Buckets` are the module's
-//! `unsafe`, tested under Miri.
+//! pages back to the kernel and read as empty. This, `Buckets` and the one load of
+//! [`IndexTable::holds_at`] (a peek's slot address, checked to be in the current array)
+//! are the module's `unsafe`, tested under Miri.
 
 use std::ops::Deref;
 use std::ptr::{self, NonNull};
@@ -60,6 +61,25 @@ const PEEK_BUCKETS: usize = 4;
 
 /// A position in the table: `bucket * 8 + slot`.
 pub(crate) type Pos = usize;
+
+/// Where a [`peek`] saw an entry: the address of the slot's entry word in the bucket
+/// array it read, for [`IndexTable::holds_at`] to check under the lock. An address, not
+/// a position, so that the check is a range test and one load. Made only here, from a
+/// slot (never a tag word), or as [`Cell::NONE`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Cell(usize);
+
+impl Cell {
+    /// No slot: no table holds it.
+    pub(crate) const NONE: Cell = Cell(0);
+    /// No slot either, told apart from `NONE` by its users.
+    pub(crate) const OTHER: Cell = Cell(1);
+
+    #[inline(always)]
+    fn of(cell: &AtomicU64) -> Cell {
+        Cell(ptr::from_ref(cell) as usize)
+    }
+}
 
 /// Seven tags, the overflow count and seven entries, as eight words. The words are
 /// atomics so that [`peek`] may read a bucket without the shard lock while its owner
@@ -319,21 +339,34 @@ impl IndexTable {
         self.find_map(h, Some).map(|(_, e)| e)
     }
 
-    /// Whether the slot at `pos` holds `e`, an entry other than 0: the check under the
-    /// lock that a peek's entry is still indexed where the peek saw it. Exact without
-    /// the slot's tag, as an emptied slot holds 0 (see [`IndexTable::remove`]). Read as
-    /// word `pos + 1` of the array (see [`Bucket`]): a bounds check and a load, about
-    /// half of [`IndexTable::get`]'s work. Any `pos` may be asked, `Pos::MAX` included.
+    /// The position of `cell` if it is in this table's current array and holds `e`, an
+    /// entry other than 0: the check under the lock that a peek's entry is still indexed
+    /// where the peek saw it. Exact without the slot's tag, as an emptied slot holds 0
+    /// (see [`IndexTable::remove`]). A cell of an array the table outgrew is outside the
+    /// current one (outgrown arrays are kept, so no address is reused), so it is not
+    /// held. A range test and one load: the peek's address is used as it is, and the
+    /// position is worked out only for the caller that needs it.
+    ///
+    /// A cell of another table, or of no table, is outside the array too.
     #[inline(always)]
-    pub fn holds(&self, pos: Pos, e: u64) -> bool {
-        let w = pos.wrapping_add(1);
-        // Word 0 of a bucket is its tag word, not a slot.
-        e != 0
-            && w % 8 != 0
-            && self
-                .buckets
-                .get(w / 8)
-                .is_some_and(|b| b.words[w % 8].load(Relaxed) == e)
+    pub fn holds_at(&self, cell: Cell, e: u64) -> Option<Pos> {
+        let off = cell.0.wrapping_sub(self.buckets.as_ptr() as usize);
+        if e == 0 || off >= self.buckets.len() * std::mem::size_of::<Bucket>() {
+            return None;
+        }
+        // SAFETY: a `Cell` other than `NONE` and `OTHER` (which are below any array, so
+        // out of range) is the address of a slot's entry word, so aligned for a u64; the
+        // test above put it inside this table's live array, whose words are atomics.
+        let held = unsafe { &*(cell.0 as *const AtomicU64) }.load(Relaxed);
+        // Word `pos + 1` of the array is the entry at `pos` (see [`Bucket`]).
+        (held == e).then_some(off / 8 - 1)
+    }
+
+    /// The cell of position `pos` (a slot, `pos % 8 < 7`), as a peek that saw an entry
+    /// there would give it.
+    #[cfg(test)]
+    pub fn cell_at(&self, pos: Pos) -> Cell {
+        Cell::of(self.buckets[pos / 8].cell(pos % 8))
     }
 
     /// The entry at `pos`, if that slot is in use.
@@ -497,8 +530,8 @@ pub(crate) fn prefetch_address(published: Published, h: u64) -> usize {
 /// What a [`peek`] saw on a hash's probe path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Peek {
-    /// The first entry whose tag matches, and its position.
-    Found(Pos, u64),
+    /// The first entry whose tag matches, and its cell.
+    Found(Cell, u64),
     /// The probe path ended with no entry of the tag: the key was not in the table as
     /// read (the arrays a table outgrew read as empty, so this too is only a guess).
     Absent,
@@ -507,7 +540,7 @@ pub(crate) enum Peek {
 }
 
 /// Without the lock: the first entry whose tag matches `h` on its probe path, and its
-/// position; or whether the path ended without one. A guess for prefetching: the owner
+/// cell; or whether the path ended without one. A guess for prefetching: the owner
 /// may be changing the bucket meanwhile, so the caller checks the entry again under the
 /// lock before trusting it.
 ///
@@ -542,7 +575,7 @@ pub(crate) unsafe fn peek_from(published: Published, b: usize, h: u64) -> Peek {
     // SAFETY: by the contract, `b` is a bucket of the live, initialised array that
     // starts at `base`. Its fields are atomics, so shared access while the lock holder
     // writes them (or the kernel zeroes a retired array's pages) is allowed.
-    if let Some(found) = peek_bucket(unsafe { &*base.add(b) }, b, tag) {
+    if let Some(found) = peek_bucket(unsafe { &*base.add(b) }, tag) {
         return found;
     }
     // SAFETY: as above, for the whole array of `1 << log2` buckets.
@@ -553,12 +586,12 @@ pub(crate) unsafe fn peek_from(published: Published, b: usize, h: u64) -> Peek {
 /// One bucket of a [`peek`]'s probe path: the entry of the tag, or `Absent` when no key
 /// overflowed the bucket; `None` when the path goes on.
 #[inline(always)]
-fn peek_bucket(bucket: &Bucket, b: usize, tag: u8) -> Option<Peek> {
+fn peek_bucket(bucket: &Bucket, tag: u8) -> Option<Peek> {
     let word = bucket.tag_word();
     let m = matching(word, tag);
     if m != 0 {
-        let s = first_slot(m);
-        return Some(Peek::Found(b * 8 + s, bucket.slot(s)));
+        let cell = bucket.cell(first_slot(m));
+        return Some(Peek::Found(Cell::of(cell), cell.load(Relaxed)));
     }
     ((word >> OVERFLOW_SHIFT) as u8 == 0).then_some(Peek::Absent)
 }
@@ -572,7 +605,7 @@ fn peek_further(buckets: &[Bucket], first: usize, tag: u8) -> Peek {
     let mut b = first;
     for _ in 1..PEEK_BUCKETS.min(buckets.len()) {
         b = (b + 1) & mask;
-        if let Some(found) = peek_bucket(&buckets[b], b, tag) {
+        if let Some(found) = peek_bucket(&buckets[b], tag) {
             return found;
         }
     }
@@ -753,36 +786,35 @@ mod tests {
             );
         }
         // Every used slot is a model entry, found again at its position.
-        // `holds` agrees with `get` everywhere, and never confirms entry 0 or a tag word.
+        // `holds_at` agrees with `get` at every slot, and never confirms entry 0.
         let mut seen = 0;
         let mut held = Vec::new();
-        for pos in 0..t.positions() {
+        for pos in (0..t.positions()).filter(|p| p % 8 < SLOTS) {
+            let cell = t.cell_at(pos);
             if let Some(e) = t.get(pos) {
                 assert!(model.contains_key(&e));
                 assert_eq!(t.find(h(e), |x| x == e), Some((pos, e)));
-                assert!(t.holds(pos, e), "position {pos}");
-                assert!(!t.holds(pos, e + 1));
-                held.push((pos, e));
+                assert_eq!(t.holds_at(cell, e), Some(pos));
+                assert_eq!(t.holds_at(cell, e + 1), None);
+                held.push((cell, e));
                 seen += 1;
             } else {
-                assert!(!t.holds(pos, 0), "empty position {pos}");
-            }
-            if pos % 8 == 7 {
-                let tags = t.buckets[pos / 8].tag_word();
-                assert!(tags == 0 || !t.holds(pos, tags), "tag word at {pos}");
+                assert_eq!(t.holds_at(cell, 0), None, "empty position {pos}");
             }
         }
         assert_eq!(seen, model.len());
         let any = held.first().map_or(1, |&(_, e)| e);
-        for pos in [t.positions(), Pos::MAX - 1, Pos::MAX] {
-            assert!(!t.holds(pos, any) && !t.holds(pos, 0));
+        // Cells of no array, and the first word past this one.
+        let past = Cell(t.buckets.as_ptr() as usize + t.buckets.len() * 64 + 8);
+        for cell in [Cell::NONE, Cell::OTHER, past] {
+            assert!(t.holds_at(cell, any).is_none() && t.holds_at(cell, 0).is_none());
         }
         // Remove everything: every overflow count must come back to 0, and no removed
         // entry is held where it was.
         for &e in model.keys() {
             t.find_entry(h(e), |x| x == e).unwrap().remove();
         }
-        assert!(held.iter().all(|&(pos, e)| !t.holds(pos, e)));
+        assert!(held.iter().all(|&(cell, e)| t.holds_at(cell, e).is_none()));
         assert_eq!(t.len(), 0);
         assert!(t
             .buckets
@@ -838,9 +870,9 @@ mod tests {
         assert_eq!(unsafe { peek(ptr::null_mut(), hash(5)) }, Peek::Absent);
     }
 
-    fn found(p: Peek) -> Option<(Pos, u64)> {
+    fn found(p: Peek) -> Option<(Cell, u64)> {
         match p {
-            Peek::Found(pos, e) => Some((pos, e)),
+            Peek::Found(cell, e) => Some((cell, e)),
             _ => None,
         }
     }
@@ -873,7 +905,7 @@ mod tests {
                 }
                 Peek::Found(..) => {}
             }
-            assert_eq!(found(seen), first, "entry {e}");
+            assert_eq!(found(seen), Some((t.cell_at(pos), x)), "entry {e}");
             assert_eq!(t.get(pos), Some(x));
             exact += usize::from(x == e);
         }
@@ -906,8 +938,11 @@ mod tests {
             // SAFETY: `old` was published by `t`, which is alive and keeps its arrays.
             // The array it names was outgrown: it reads as it was when it was outgrown,
             // or as empty once its pages went back to the kernel.
-            if let Peek::Found(_, x) = unsafe { peek(old, hash(e)) } {
+            if let Peek::Found(cell, x) = unsafe { peek(old, hash(e)) } {
                 assert!((1..=PEEK_ENTRIES).contains(&x), "{x}");
+                // Not where the grown table has its entries: the check under the lock
+                // sends the lookup to search the bucket.
+                assert_eq!(t.holds_at(cell, x), None);
                 seen += 1;
             }
         }
