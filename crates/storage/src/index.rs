@@ -223,7 +223,7 @@ impl Located<'_> {
     #[inline(always)]
     pub(crate) fn peek(self, h: u64) -> Peek {
         if self.published.is_null() {
-            return Peek::Absent;
+            return Peek::ABSENT;
         }
         // SAFETY: only `ShardRef::locate` makes a non-null one, from a word its hint
         // published, with `bucket` masked to that array's length; the table keeps the

@@ -534,25 +534,28 @@ impl Store {
     /// Prefetch the record a peek found, and say where it was.
     #[inline(always)]
     fn prefetch_found(&self, found: Peek, key_len: usize) -> Peeked {
-        match found {
-            // An entry read as 0 is a slot being filled or emptied meanwhile; 0 is also
-            // the one entry the check under the lock cannot confirm (`holds_at`).
-            Peek::Found(cell, e) if e != 0 => {
-                let (seg, off) = unpack(e);
-                let Some(rec) = self.mem(seg).address_of(off as usize) else {
-                    return Peeked::MAYBE;
-                };
-                let len = item::HEADER_BYTES + item::FLAGS_BYTES + key_len + 64;
-                segment::prefetch_head(rec as usize, len);
-                Peeked {
-                    cell,
-                    e,
-                    rec,
-                    store: self.id,
-                }
-            }
-            Peek::Absent => Peeked::NONE,
-            Peek::Found(..) | Peek::Unknown => Peeked::MAYBE,
+        let Peek { cell, e } = found;
+        // Entry 0: `Peek::ABSENT`, `Peek::UNKNOWN`, or a slot being filled or emptied
+        // meanwhile. 0 is also the one entry the check under the lock cannot confirm
+        // (`holds_at`).
+        if e == 0 {
+            return if found == Peek::ABSENT {
+                Peeked::NONE
+            } else {
+                Peeked::MAYBE
+            };
+        }
+        let (seg, off) = unpack(e);
+        let Some(rec) = self.mem(seg).address_of(off as usize) else {
+            return Peeked::MAYBE;
+        };
+        let len = item::HEADER_BYTES + item::FLAGS_BYTES + key_len + 64;
+        segment::prefetch_head(rec as usize, len);
+        Peeked {
+            cell,
+            e,
+            rec,
+            store: self.id,
         }
     }
 

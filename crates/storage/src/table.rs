@@ -527,16 +527,35 @@ pub(crate) fn prefetch_address(published: Published, h: u64) -> usize {
     (word & !63).wrapping_add((h as usize & mask) * 64)
 }
 
-/// What a [`peek`] saw on a hash's probe path.
+/// What a [`peek`] saw on a hash's probe path: the first entry whose tag matches and
+/// its cell (the entry may read 0, a slot being filled or emptied meanwhile); or, with
+/// no slot's cell, [`Peek::ABSENT`] or [`Peek::UNKNOWN`]. Two words rather than an
+/// enum, so that it comes back in registers, even from the out-of-line
+/// [`peek_further`]: an enum of three cases came back through the stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Peek {
-    /// The first entry whose tag matches, and its cell.
-    Found(Cell, u64),
+pub(crate) struct Peek {
+    pub(crate) cell: Cell,
+    pub(crate) e: u64,
+}
+
+impl Peek {
     /// The probe path ended with no entry of the tag: the key was not in the table as
     /// read (the arrays a table outgrew read as empty, so this too is only a guess).
-    Absent,
+    pub(crate) const ABSENT: Peek = Peek {
+        cell: Cell::NONE,
+        e: 0,
+    };
     /// The probe path went on past the buckets a peek follows: the key may be further.
-    Unknown,
+    pub(crate) const UNKNOWN: Peek = Peek {
+        cell: Cell::OTHER,
+        e: 0,
+    };
+
+    /// The cell and entry a peek found, if it found one.
+    #[cfg(test)]
+    fn found(self) -> Option<(Cell, u64)> {
+        (self != Peek::ABSENT && self != Peek::UNKNOWN).then_some((self.cell, self.e))
+    }
 }
 
 /// Without the lock: the first entry whose tag matches `h` on its probe path, and its
@@ -552,7 +571,7 @@ pub(crate) enum Peek {
 #[inline(always)]
 pub(crate) unsafe fn peek(published: Published, h: u64) -> Peek {
     if published.is_null() {
-        return Peek::Absent;
+        return Peek::ABSENT;
     }
     let mask = (1usize << (published as usize & 63)) - 1;
     // SAFETY: forwarded from the caller; `h & mask` is a bucket of the array.
@@ -591,9 +610,12 @@ fn peek_bucket(bucket: &Bucket, tag: u8) -> Option<Peek> {
     let m = matching(word, tag);
     if m != 0 {
         let cell = bucket.cell(first_slot(m));
-        return Some(Peek::Found(Cell::of(cell), cell.load(Relaxed)));
+        return Some(Peek {
+            cell: Cell::of(cell),
+            e: cell.load(Relaxed),
+        });
     }
-    ((word >> OVERFLOW_SHIFT) as u8 == 0).then_some(Peek::Absent)
+    ((word >> OVERFLOW_SHIFT) as u8 == 0).then_some(Peek::ABSENT)
 }
 
 /// The rest of a [`peek`]'s probe path, after its first bucket: keys that overflowed
@@ -609,7 +631,7 @@ fn peek_further(buckets: &[Bucket], first: usize, tag: u8) -> Peek {
             return found;
         }
     }
-    Peek::Unknown
+    Peek::UNKNOWN
 }
 
 /// Iterator of [`IndexTable::candidates`].
@@ -867,14 +889,7 @@ mod tests {
         assert_eq!(prefetch_address(word, hash(5)), t.buckets.as_ptr() as usize);
         assert!(IndexTable::new().published().is_null());
         // SAFETY: null is always allowed.
-        assert_eq!(unsafe { peek(ptr::null_mut(), hash(5)) }, Peek::Absent);
-    }
-
-    fn found(p: Peek) -> Option<(Cell, u64)> {
-        match p {
-            Peek::Found(cell, e) => Some((cell, e)),
-            _ => None,
-        }
+        assert_eq!(unsafe { peek(ptr::null_mut(), hash(5)) }, Peek::ABSENT);
     }
 
     /// Small under Miri, which runs these too.
@@ -893,19 +908,16 @@ mod tests {
             let seen = unsafe { peek(word, hash(e)) };
             let first = t.candidates(hash(e)).next();
             let (pos, x) = first.expect("every entry has a candidate");
-            match seen {
-                // Never for a key in the table: a set trusts it to write a new item.
-                Peek::Absent => panic!("entry {e} reads as absent"),
-                Peek::Unknown => {
-                    // Only past the buckets a peek looks at.
-                    let home = hash(e) as usize & t.mask();
-                    let distance = (pos / 8).wrapping_sub(home) & t.mask();
-                    assert!(distance >= PEEK_BUCKETS, "entry {e}: {distance}");
-                    continue;
-                }
-                Peek::Found(..) => {}
+            // Never absent for a key in the table: a set trusts it to write a new item.
+            assert_ne!(seen, Peek::ABSENT, "entry {e} reads as absent");
+            if seen == Peek::UNKNOWN {
+                // Only past the buckets a peek looks at.
+                let home = hash(e) as usize & t.mask();
+                let distance = (pos / 8).wrapping_sub(home) & t.mask();
+                assert!(distance >= PEEK_BUCKETS, "entry {e}: {distance}");
+                continue;
             }
-            assert_eq!(found(seen), Some((t.cell_at(pos), x)), "entry {e}");
+            assert_eq!(seen.found(), Some((t.cell_at(pos), x)), "entry {e}");
             assert_eq!(t.get(pos), Some(x));
             exact += usize::from(x == e);
         }
@@ -915,7 +927,7 @@ mod tests {
         // A key not in the table: nothing, or another entry that shares the tag.
         for e in PEEK_ENTRIES + 1..=PEEK_ENTRIES * 2 {
             // SAFETY: as above.
-            if let Peek::Found(_, x) = unsafe { peek(word, hash(e)) } {
+            if let Some((_, x)) = unsafe { peek(word, hash(e)) }.found() {
                 assert!((1..=PEEK_ENTRIES).contains(&x), "{x}");
             }
         }
@@ -938,7 +950,7 @@ mod tests {
             // SAFETY: `old` was published by `t`, which is alive and keeps its arrays.
             // The array it names was outgrown: it reads as it was when it was outgrown,
             // or as empty once its pages went back to the kernel.
-            if let Peek::Found(cell, x) = unsafe { peek(old, hash(e)) } {
+            if let Some((cell, x)) = unsafe { peek(old, hash(e)) }.found() {
                 assert!((1..=PEEK_ENTRIES).contains(&x), "{x}");
                 // Not where the grown table has its entries: the check under the lock
                 // sends the lookup to search the bucket.
@@ -985,7 +997,7 @@ mod tests {
                     let e = 1 + xorshift(&mut s) % 5_000;
                     let w = word.load(Ordering::Acquire);
                     // SAFETY: `w` was published by `table`'s table, alive for the scope.
-                    if let Peek::Found(_, x) = unsafe { peek(w, hash(e)) } {
+                    if let Some((_, x)) = unsafe { peek(w, hash(e)) }.found() {
                         // A slot emptied between reading its tag and its entry reads 0.
                         assert!(x <= 5_000, "{x}");
                     }
