@@ -91,7 +91,7 @@ pub(crate) struct Bucket {
     /// the entries that passed this bucket because it (and maybe more) was full.
     /// Word `1 + i`: the entry of slot `i`, 0 while the slot is empty. So the entry at
     /// position `pos` is word `pos + 1` of the array, counting words (see
-    /// [`IndexTable::holds`]).
+    /// [`IndexTable::holds_at`]).
     words: [AtomicU64; 8],
 }
 
