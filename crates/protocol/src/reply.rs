@@ -71,30 +71,45 @@ static PAIRS: [u16; 100] = {
     t
 };
 
+/// ` 0 <bytes>` for every `bytes < 100`, as the little-endian bytes of one word, with
+/// the number of bytes that belong in the word's top byte (which lands where the next
+/// field is written, see [`short_middle`]). Adding `flags << 8` makes it ` <flags>
+/// <bytes>` for `flags < 10`: the digit `0` becomes the flags' digit without a carry.
+static SMALL_MIDDLES: [u64; 100] = {
+    let mut t = [0u64; 100];
+    let mut i = 0;
+    while i < 100 {
+        let pair = PAIRS[i] as u64;
+        let (digits, len) = if i < 10 { (pair >> 8, 1) } else { (pair, 2) };
+        t[i] = 0x20 | 0x30 << 8 | 0x20 << 16 | digits << 24 | (3 + len) << 56;
+        i += 1;
+    }
+    t
+};
+
 /// ` <flags> <bytes>` as little-endian bytes of one word, and how many of its bytes
-/// belong (the rest are zero), when `flags < 10` and `bytes < 10_000`: the usual shape
-/// of a `VALUE` line, where writing the two numbers digit by digit was a third of the
-/// reply's instructions. `None` for other lines.
+/// belong (the rest are written over or left past the reply), when `flags < 10` and
+/// `bytes < 10_000`: the usual shape of a `VALUE` line, where writing the two numbers
+/// digit by digit was a third of the reply's instructions. `None` for other lines.
 ///
-/// Values under 100 bytes (the small items most gets return) take one table read and
-/// no division; up to 9 999 bytes, two reads and a division by 100.
+/// Values under 100 bytes (the small items most gets return) take one table read of
+/// the whole word and its length; up to 9 999 bytes, two reads and a division by 100.
 #[inline(always)]
 fn short_middle(flags: u32, bytes: usize) -> Option<(u64, usize)> {
     if flags >= 10 {
         return None;
     }
-    let (digits, bytes_len) = if bytes < 100 {
-        let len = 1 + usize::from(bytes >= 10);
-        (u64::from(PAIRS[bytes]) >> (8 * (2 - len)), len)
-    } else if bytes < 10_000 {
-        let len = decimal_len(bytes as u64);
-        let four = u64::from(PAIRS[bytes / 100]) | u64::from(PAIRS[bytes % 100]) << 16;
-        (four >> (8 * (4 - len)), len)
-    } else {
+    if bytes < 100 {
+        let word = SMALL_MIDDLES[bytes] + (u64::from(flags) << 8);
+        return Some((word, (word >> 56) as usize));
+    }
+    if bytes >= 10_000 {
         return None;
-    };
-    let word = 0x20 | (0x30 + u64::from(flags)) << 8 | 0x20 << 16 | digits << 24;
-    Some((word, 3 + bytes_len))
+    }
+    let len = decimal_len(bytes as u64);
+    let four = u64::from(PAIRS[bytes / 100]) | u64::from(PAIRS[bytes % 100]) << 16;
+    let word = 0x20 | (0x30 + u64::from(flags)) << 8 | 0x20 << 16 | (four >> (8 * (4 - len))) << 24;
+    Some((word, 3 + len))
 }
 
 /// Copy `src` to `dst` without a call to `memcpy` up to 32 bytes (keys,
