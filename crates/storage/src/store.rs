@@ -646,7 +646,17 @@ impl Store {
             bytes = unsafe { self.item_bytes(e) };
         }
         let origin = Origin::segment_id(unpack(e).0);
-        let result = v.visit(item_ref(bytes, &hdr, origin));
+        // The key handed on is the caller's, equal to the stored one (the lookup compared
+        // them), and the value is the record's last `vlen` bytes: the record's offsets
+        // are not worked out again (about 8 instructions a key of a multi-get).
+        let value = &bytes[bytes.len() - hdr.prefix.vlen..];
+        let result = v.visit(ItemRef {
+            key,
+            value,
+            flags: hdr.flags,
+            cas: hdr.cas,
+            origin,
+        });
         drop(shard);
         Lookup::Hit(result)
     }
@@ -1653,20 +1663,6 @@ pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     }
     // The last 16 bytes, overlapping what was compared already.
     block(a, n - 16) == block(b, n - 16)
-}
-
-/// The callback's view of an item.
-#[inline(always)]
-fn item_ref<'a>(bytes: &'a [u8], hdr: &Header, origin: Origin) -> ItemRef<'a> {
-    let ko = hdr.prefix.key_offset();
-    let vo = ko + hdr.prefix.klen;
-    ItemRef {
-        key: &bytes[ko..vo],
-        value: &bytes[vo..],
-        flags: hdr.flags,
-        cas: hdr.cas,
-        origin,
-    }
 }
 
 impl Lookup<std::convert::Infallible> {
