@@ -340,15 +340,12 @@ impl Exec<'_> {
             let (h, peeked) = hashed.unwrap_or_else(|| (store.hash(key), Peeked::default()));
             store.get_hashed(key, h, peeked, now, compose)
         };
-        let mut tally = GetTally {
-            lookups: 1,
-            ..GetTally::default()
-        };
+        let mut tally = GetTally::default();
         match lookup {
             Lookup::Hit(()) => tally.hits = 1,
-            Lookup::Miss => {}
-            Lookup::Expired => tally.expired = 1,
-            Lookup::Flushed => tally.flushed = 1,
+            Lookup::Miss => tally.misses = 1,
+            Lookup::Expired => (tally.misses, tally.expired) = (1, 1),
+            Lookup::Flushed => (tally.misses, tally.flushed) = (1, 1),
         }
         if self.shared.prefixes.enabled() {
             self.shared.prefixes.record(
@@ -566,13 +563,19 @@ impl Exec<'_> {
                 self.store().get_hashed(key, h, peeked, run.now, compose)
             }
         };
-        run.tally.lookups += 1;
+        // A hit bumps one counter: the lookups are the hits and misses together.
         let hit = matches!(lookup, Lookup::Hit(()));
         match lookup {
             Lookup::Hit(()) => run.tally.hits += 1,
-            Lookup::Miss => {}
-            Lookup::Expired => run.tally.expired += 1,
-            Lookup::Flushed => run.tally.flushed += 1,
+            Lookup::Miss => run.tally.misses += 1,
+            Lookup::Expired => {
+                run.tally.misses += 1;
+                run.tally.expired += 1;
+            }
+            Lookup::Flushed => {
+                run.tally.misses += 1;
+                run.tally.flushed += 1;
+            }
         }
         if DETAIL {
             self.shared.prefixes.record(key, Event::Get { hit });
@@ -793,8 +796,9 @@ enum GetEnd {
 /// Lookups of one retrieval command, added to the worker's counters at once.
 #[derive(Default)]
 struct GetTally {
-    lookups: u64,
     hits: u64,
+    /// Every lookup that was not a hit, the expired and flushed included.
+    misses: u64,
     expired: u64,
     flushed: u64,
 }
@@ -806,15 +810,14 @@ impl GetTally {
     // get about 13 instructions when `Conn::step` grew and LLVM stopped inlining it).
     #[inline(always)]
     fn add_to(&self, stats: &WorkerStats, touch: bool) {
-        let misses = self.lookups - self.hits;
         let (cmd, hits, missed) = if touch {
             (&stats.cmd_touch, &stats.touch_hits, &stats.touch_misses)
         } else {
             (&stats.cmd_get, &stats.get_hits, &stats.get_misses)
         };
-        bump(cmd, self.lookups);
+        bump(cmd, self.hits + self.misses);
         bump(hits, self.hits);
-        bump(missed, misses);
+        bump(missed, self.misses);
         if self.expired != 0 {
             bump(&stats.get_expired, self.expired);
         }
