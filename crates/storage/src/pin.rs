@@ -139,7 +139,7 @@ impl Store {
     /// the caller down a slower path.
     #[inline]
     pub(crate) fn has_pins(&self, seg: u32) -> bool {
-        self.segments[seg as usize].pins.load(Ordering::Acquire) & !CLOSED != 0
+        self.segments[seg as usize].pinned()
     }
 }
 

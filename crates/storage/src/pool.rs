@@ -37,6 +37,12 @@ pub(crate) struct SegmentMeta {
 }
 
 impl SegmentMeta {
+    /// Whether a reader holds a value pin on this segment (see `Store::has_pins`).
+    #[inline]
+    pub(crate) fn pinned(&self) -> bool {
+        self.pins.load(Ordering::Acquire) & !crate::pin::CLOSED != 0
+    }
+
     pub fn new(len: usize) -> SegmentMeta {
         SegmentMeta {
             mem: SegmentMem::new(len),

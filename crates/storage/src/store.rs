@@ -919,10 +919,16 @@ impl Store {
         let stale = matches!(mode, StoreMode::Cas(want) if want != old.cas);
         let same_shape = old.prefix.vlen == new.vlen && old.prefix.has_flags == (new.flags != 0);
         let (seg, off) = unpack(e);
-        if !same_shape || stale || !self.evictions || self.has_pins(seg) {
+        if !same_shape || stale || !self.evictions {
             return None;
         }
-        let mem = self.mem(seg);
+        // The segment found once for its pins, the value and the header window (three
+        // lookups with their bounds checks before).
+        let meta = &self.segments[seg as usize];
+        if meta.pinned() {
+            return None;
+        }
+        let mem = &meta.mem;
         let value_at = off as usize + old.prefix.key_offset() + old.prefix.klen;
         // SAFETY: the caller holds the shard lock of `e`, which is indexed and live, and no
         // borrow of its record (rule 2); no pin is on its segment, checked under this lock,
@@ -936,8 +942,8 @@ impl Store {
             f.copy_from_slice(&new.flags.to_le_bytes());
         }
         let cas = self.next_cas();
-        // SAFETY: as above, the mutable header window.
-        let w = unsafe { self.mut_window(e) };
+        // SAFETY: as above, the mutable header window (what `mut_window` borrows).
+        let w = unsafe { mem.bytes_mut(off as usize + MUT_START, MUT_LEN) };
         let mark = if extra.key_binary {
             item::MARK_KEY_BINARY
         } else {
