@@ -18,7 +18,7 @@ use std::io::{self, IoSlice};
 use protocol::binary::REQUEST_MAGIC;
 use protocol::fast::{parse_fast_get, parse_fast_store};
 use protocol::text::{
-    frame_line, parse_request, GetCommand, Keys, LineFrame, Request, StatsGroup, StoreCommand,
+    frame_line, parse_request, GetCommand, Keys, LineFrame, Request, StatsGroup,
     MAX_GET_LINE_BYTES, MAX_KEY_LEN,
 };
 use storage::Store;
@@ -680,27 +680,23 @@ impl Conn {
         let at = self.rpos;
         let key_at = at + item.key_at as usize;
         let key = &self.rbuf[key_at..key_at + item.key_len as usize];
-        let hashed = Some((item.hash, item.peeked));
+        let hashed = (item.hash, item.peeked);
         match item.kind {
             Kind::Get(command) => {
-                let done = exec.get_one(command, key, hashed, &mut self.wbuf, &mut self.flush_mark);
+                let done = exec.get_one(
+                    command,
+                    key,
+                    Some(hashed),
+                    &mut self.wbuf,
+                    &mut self.flush_mark,
+                );
                 // Queued only when `get_one` takes it: a key short enough, no null
                 // store, no touch.
                 debug_assert!(done);
             }
             Kind::Set { flags, exptime } => {
                 let data = &self.rbuf[at + item.data_at as usize..at + item.total as usize];
-                exec.execute_store(
-                    StoreCommand::Set,
-                    key,
-                    flags,
-                    exptime,
-                    0,
-                    false,
-                    data,
-                    hashed,
-                    &mut self.wbuf,
-                );
+                exec.execute_set_ahead(key, flags, exptime, data, hashed, &mut self.wbuf);
             }
         }
         self.rpos += item.total as usize;

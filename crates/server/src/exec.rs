@@ -664,7 +664,54 @@ impl Exec<'_> {
     /// Execute a storage command whose data block (`len` bytes and what
     /// should be `\r\n`) has fully arrived.
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     pub fn execute_store(
+        &self,
+        command: StoreCommand,
+        key: &[u8],
+        flags: u32,
+        exptime: i32,
+        cas: u64,
+        noreply: bool,
+        data: &[u8],
+        hashed: Option<(KeyHash, Peeked)>,
+        out: &mut Vec<u8>,
+    ) {
+        self.store_command(
+            command, key, flags, exptime, cas, noreply, data, hashed, out,
+        );
+    }
+
+    /// [`Exec::execute_store`] of a plain `set` parsed ahead (`ahead.rs`): the same
+    /// code inlined with its constants, so that the command's dispatch, the cas and
+    /// `noreply` checks fold away (a call with them as arguments cost about 10
+    /// instructions a set).
+    #[inline(always)]
+    pub fn execute_set_ahead(
+        &self,
+        key: &[u8],
+        flags: u32,
+        exptime: i32,
+        data: &[u8],
+        hashed: (KeyHash, Peeked),
+        out: &mut Vec<u8>,
+    ) {
+        self.store_command(
+            StoreCommand::Set,
+            key,
+            flags,
+            exptime,
+            0,
+            false,
+            data,
+            Some(hashed),
+            out,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn store_command(
         &self,
         command: StoreCommand,
         key: &[u8],
