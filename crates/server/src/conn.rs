@@ -18,7 +18,7 @@ use std::io::{self, IoSlice};
 use protocol::binary::REQUEST_MAGIC;
 use protocol::fast::{parse_fast_get, parse_fast_store};
 use protocol::text::{
-    frame_line, parse_request, GetCommand, Keys, LineFrame, Request, StatsGroup,
+    frame_line, parse_request, GetCommand, Keys, LineFrame, Request, StatsGroup, StoreCommand,
     MAX_GET_LINE_BYTES, MAX_KEY_LEN,
 };
 use storage::Store;
@@ -28,7 +28,7 @@ use crate::auth::Step as AuthStep;
 use crate::binary::BinaryStep;
 use crate::config::Binding;
 use crate::dump::Dump;
-use crate::exec::{memcached_item_fits, Exec, Flow};
+use crate::exec::{memcached_item_fits, Exec, Flow, StoreRequest};
 use crate::splice::{Output, Splices};
 use crate::stats::bump;
 
@@ -603,7 +603,7 @@ impl Conn {
                 None
             };
             let data = &input[next..total];
-            exec.execute_store(
+            let request = StoreRequest {
                 command,
                 key,
                 flags,
@@ -612,8 +612,8 @@ impl Conn {
                 noreply,
                 data,
                 hashed,
-                &mut self.wbuf,
-            );
+            };
+            exec.execute_store(request, &mut self.wbuf);
             self.rpos += total;
             return true;
         }
@@ -698,7 +698,17 @@ impl Conn {
             }
             Kind::Set { flags, exptime } => {
                 let data = &self.rbuf[at + item.data_at as usize..at + item.total as usize];
-                exec.execute_set_ahead(key, flags, exptime, data, hashed, &mut self.wbuf);
+                let request = StoreRequest {
+                    command: StoreCommand::Set,
+                    key,
+                    flags,
+                    exptime,
+                    cas: 0,
+                    noreply: false,
+                    data,
+                    hashed: Some(hashed),
+                };
+                exec.execute_store_inlined(request, &mut self.wbuf);
             }
         }
         self.rpos += item.total as usize;

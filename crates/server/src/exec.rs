@@ -661,68 +661,20 @@ impl Exec<'_> {
         }
     }
 
-    /// Execute a storage command whose data block (`len` bytes and what
-    /// should be `\r\n`) has fully arrived.
-    #[allow(clippy::too_many_arguments)]
+    /// Execute a storage command whose data block has fully arrived.
     #[inline(never)]
-    pub fn execute_store(
-        &self,
-        command: StoreCommand,
-        key: &[u8],
-        flags: u32,
-        exptime: i32,
-        cas: u64,
-        noreply: bool,
-        data: &[u8],
-        hashed: Option<(KeyHash, Peeked)>,
-        out: &mut Vec<u8>,
-    ) {
-        self.store_command(
-            command, key, flags, exptime, cas, noreply, data, hashed, out,
-        );
+    pub fn execute_store(&self, request: StoreRequest<'_>, out: &mut Vec<u8>) {
+        self.execute_store_inlined(request, out);
     }
 
-    /// [`Exec::execute_store`] of a plain `set` parsed ahead (`ahead.rs`): the same
-    /// code inlined with its constants, so that the command's dispatch, the cas and
-    /// `noreply` checks fold away (a call with them as arguments cost about 10
+    /// [`Exec::execute_store`] inlined where it is called: for a `set` parsed ahead
+    /// (`ahead.rs`) the command, the cas and `noreply` are constants, and the command's
+    /// dispatch and those checks fold away (through the call they cost about 10
     /// instructions a set).
     #[inline(always)]
-    pub fn execute_set_ahead(
-        &self,
-        key: &[u8],
-        flags: u32,
-        exptime: i32,
-        data: &[u8],
-        hashed: (KeyHash, Peeked),
-        out: &mut Vec<u8>,
-    ) {
-        self.store_command(
-            StoreCommand::Set,
-            key,
-            flags,
-            exptime,
-            0,
-            false,
-            data,
-            Some(hashed),
-            out,
-        );
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    fn store_command(
-        &self,
-        command: StoreCommand,
-        key: &[u8],
-        flags: u32,
-        exptime: i32,
-        cas: u64,
-        noreply: bool,
-        data: &[u8],
-        hashed: Option<(KeyHash, Peeked)>,
-        out: &mut Vec<u8>,
-    ) {
+    pub fn execute_store_inlined(&self, request: StoreRequest<'_>, out: &mut Vec<u8>) {
+        let (command, key, noreply, data) =
+            (request.command, request.key, request.noreply, request.data);
         let now = self.shared.clock.now();
         bump(&self.stats.cmd_set, 1);
         if self.shared.prefixes.enabled() {
@@ -739,14 +691,22 @@ impl Exec<'_> {
             StoreCommand::Replace => StoreMode::Replace,
             StoreCommand::Append => StoreMode::Append,
             StoreCommand::Prepend => StoreMode::Prepend,
-            StoreCommand::Cas => StoreMode::Cas(self.shared.settings.swap_cas(cas)),
+            StoreCommand::Cas => StoreMode::Cas(self.shared.settings.swap_cas(request.cas)),
         };
-        let exptime = self.shared.clock.realtime(exptime);
+        let exptime = self.shared.clock.realtime(request.exptime);
         let outcome = if self.shared.settings.null_store.is_some() {
             StoreOutcome::Stored
         } else {
             self.store()
-                .store_cas_hashed(mode, key, hashed, flags, exptime, &data[..len], now)
+                .store_cas_hashed(
+                    mode,
+                    key,
+                    request.hashed,
+                    request.flags,
+                    exptime,
+                    &data[..len],
+                    now,
+                )
                 .0
         };
         // Each arm writes its own literal: through one `&[u8]` chosen by the match, the
@@ -859,6 +819,21 @@ enum GetEnd {
     Pause(usize),
     /// A key over 250 bytes: memcached's error, and the replies not yet flushed dropped.
     TooLong,
+}
+
+/// A storage command whose data block (`len` bytes and what should be `\r\n`) has
+/// fully arrived, for [`Exec::execute_store`].
+pub struct StoreRequest<'a> {
+    pub command: StoreCommand,
+    pub key: &'a [u8],
+    pub flags: u32,
+    pub exptime: i32,
+    pub cas: u64,
+    pub noreply: bool,
+    pub data: &'a [u8],
+    /// The key's hash and where [`storage::Store::prefetch_record`] saw it, when a
+    /// pipelined batch prefetched its keys ahead (see `ahead.rs`).
+    pub hashed: Option<(KeyHash, Peeked)>,
 }
 
 /// Lookups of one retrieval command, added to the worker's counters at once.
