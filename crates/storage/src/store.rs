@@ -643,7 +643,7 @@ impl Store {
         let origin = Origin::segment_id(unpack(e).0);
         // The key handed on is the caller's, equal to the stored one (the lookup compared
         // them), and the value is the record's last `vlen` bytes: the record's offsets
-        // are not worked out again (about 8 instructions a key of a multi-get).
+        // are not worked out again (about 5 instructions a key of a multi-get).
         let value = &bytes[bytes.len() - hdr.prefix.vlen..];
         let result = v.visit(ItemRef {
             key,
