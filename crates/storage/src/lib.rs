@@ -62,11 +62,12 @@ pub use store::{
 /// As an exptime, 0 means "never expires".
 pub type RelTime = u32;
 
-/// A view of a stored item, valid only inside the callback that receives it: the bytes
-/// are borrowed straight from segment memory while the item's index shard is locked.
+/// A view of a stored item, valid only inside the callback that receives it: the value
+/// is borrowed straight from segment memory while the item's index shard is locked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ItemRef<'a> {
-    /// The item's key.
+    /// The item's key: its bytes in the segment, or, from a lookup, the caller's key
+    /// that the lookup found equal to them. Only `value` is ever pinned in place.
     pub key: &'a [u8],
     /// The item's value (data block, without the trailing `\r\n`).
     pub value: &'a [u8],

@@ -345,7 +345,7 @@ impl IndexTable {
     /// (see [`IndexTable::remove`]). A cell of an array the table outgrew is outside the
     /// current one (outgrown arrays are kept, so no address is reused), so it is not
     /// held. A range test and one load: the peek's address is used as it is, and the
-    /// position is worked out only for the caller that needs it.
+    /// position is derived from it (the caller needs it only to remove an expired item).
     ///
     /// A cell of another table, or of no table, is outside the array too.
     #[inline(always)]
