@@ -169,7 +169,7 @@ struct Args {
 
 /// memcached `-o` options that tune its own internals. They are accepted and
 /// listed in `stats settings`, and change nothing here. The crawler, slab and LRU
-/// options are read by `crawler.rs` ([`crate::crawler::TUNABLE_OPTIONS`]).
+/// options are read by `crawler.rs` ([`TUNABLE_OPTIONS`]).
 const INERT_OPTIONS: &[&str] = &[
     "maxconns_fast",
     "no_maxconns_fast",
@@ -323,7 +323,7 @@ impl Settings {
         }
     }
 
-    /// The limit to hand [`crate::exec::memcached_item_fits`]: `-I`, plus the 8-byte
+    /// The limit to hand `ops::memcached_item_fits`: `-I`, plus the 8-byte
     /// cas that memcached's items lack under `-C`, which leaves that much more room
     /// for the value.
     #[inline]
@@ -462,8 +462,7 @@ impl Settings {
         for group in &a.extended {
             for opt in group.split(',').filter(|s| !s.is_empty()) {
                 let (key, value) = opt.split_once('=').unwrap_or((opt, ""));
-                if !INERT_OPTIONS.contains(&key) && !crate::crawler::TUNABLE_OPTIONS.contains(&key)
-                {
+                if !INERT_OPTIONS.contains(&key) && !TUNABLE_OPTIONS.contains(&key) {
                     bail!("Illegal suboption \"{opt}\"");
                 }
                 if key == "idle_timeout" {
@@ -536,6 +535,28 @@ fn parse_size(s: &str, unit: usize) -> Result<usize> {
     let n: usize = digits.parse().context("not a number")?;
     n.checked_mul(mult).context("size overflows")
 }
+
+/// The `-o` options that set the crawler's tunables (`admin/crawler.rs`); the rest of
+/// `-o` is handled here.
+pub const TUNABLE_OPTIONS: &[&str] = &[
+    "lru_crawler",
+    "no_lru_crawler",
+    "lru_crawler_sleep",
+    "lru_crawler_tocrawl",
+    "slab_reassign",
+    "no_slab_reassign",
+    "slab_automove",
+    "slab_automove_ratio",
+    "lru_maintainer",
+    "no_lru_maintainer",
+    "lru_segmented",
+    "no_lru_segmented",
+    "hot_lru_pct",
+    "warm_lru_pct",
+    "hot_max_factor",
+    "warm_max_factor",
+    "temporary_ttl",
+];
 
 #[cfg(test)]
 mod tests {

@@ -21,7 +21,8 @@ use protocol::meta::{
 use storage::{ItemMut, Lookup, MetaArith, MetaStore, RelTime, StoreMode, StoreOutcome};
 
 use crate::clock::{Clock, REALTIME_MAXDELTA_SECS};
-use crate::exec::{memcached_item_fits, memcached_item_size, Exec, Flow};
+use crate::ops::{memcached_item_fits, memcached_item_size, Exec};
+use crate::proto::Flow;
 use crate::stats::bump;
 
 const CRLF: &[u8] = b"\r\n";

@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::config::VERSION;
-use crate::exec::Shared;
+use crate::state::Shared;
 
 struct Out<'a>(&'a mut Vec<u8>);
 
@@ -217,7 +217,7 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     );
     for (key, value) in &s.extended {
         // The crawler, slab and LRU options are shown above, as they are now.
-        if key != "idle_timeout" && !crate::crawler::TUNABLE_OPTIONS.contains(&key.as_str()) {
+        if key != "idle_timeout" && !crate::config::TUNABLE_OPTIONS.contains(&key.as_str()) {
             o.str(key, if value.is_empty() { "yes" } else { value });
         }
     }

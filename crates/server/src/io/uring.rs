@@ -38,14 +38,15 @@ use ring::{Config, Event, Ring};
 use socket2::SockRef;
 
 use crate::config::IoBackend;
-use crate::conn::{Conn, Status};
-use crate::exec::{Exec, Shared};
-use crate::net::Listener;
-use crate::runtime::{admit, clear_wake, IdleScan, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS};
-use crate::spin::AdaptiveSpin;
-use crate::splice::Splices;
+use crate::io::epoll::{admit, clear_wake, IdleScan, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS};
+use crate::io::net::Listener;
+use crate::io::spin::AdaptiveSpin;
+use crate::io::udp::UdpEndpoint;
+use crate::ops::Exec;
+use crate::reply::splice::Splices;
+use crate::session::conn::{Conn, Status};
+use crate::state::Shared;
 use crate::stats::{bump, WorkerStats};
-use crate::udp::UdpEndpoint;
 
 /// Test hook: when set, `--io-backend=uring` and `auto` behave as on a kernel
 /// that refuses io_uring, with the variable's value as the reason.
@@ -101,7 +102,7 @@ struct Client {
     token: u64,
     /// Its `stats conns` entry, which also holds the server time of the last byte
     /// received, for `-o idle_timeout`.
-    entry: std::sync::Arc<crate::conns::Entry>,
+    entry: std::sync::Arc<crate::admin::conns::Entry>,
     /// A multishot receive is armed (its last completion not yet seen).
     recv_armed: bool,
     /// A cancellation of that receive has been queued.
@@ -376,9 +377,11 @@ impl UringWorker {
                         let exec = Exec {
                             shared,
                             stats,
-                            message_ends: None,
-                            splices: None,
-                            splice_min: usize::MAX,
+                            sink: crate::reply::Sink {
+                                message_ends: None,
+                                splices: None,
+                                splice_min: usize::MAX,
+                            },
                         };
                         if let Some(u) = udp.get_mut((token & !UDP_TOKEN) as usize) {
                             u.serve(&exec);
@@ -488,9 +491,11 @@ impl UringWorker {
         let exec = Exec {
             shared: &self.shared,
             stats: &self.stats,
-            message_ends: None,
-            splices: self.splices.as_ref(),
-            splice_min: self.splice_min,
+            sink: crate::reply::Sink {
+                message_ends: None,
+                splices: self.splices.as_ref(),
+                splice_min: self.splice_min,
+            },
         };
         let Some(c) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
             return;
@@ -580,7 +585,7 @@ fn drive_client(ring: &mut Ring, exec: &Exec<'_>, c: &mut Client, draining: bool
                 None => c.conn.process(exec),
             };
             if status == Status::Close {
-                if let Some(splices) = exec.splices {
+                if let Some(splices) = exec.sink.splices {
                     splices.borrow_mut().release(&exec.shared.store);
                 }
                 return false;
@@ -633,7 +638,7 @@ fn drive_client(ring: &mut Ring, exec: &Exec<'_>, c: &mut Client, draining: bool
 /// them do. Behind a send in flight the values are copied instead, to keep the
 /// order. Returns whether anything was sent; `None` when the socket failed.
 fn send_spliced(exec: &Exec<'_>, c: &mut Client) -> Option<bool> {
-    let Some(cell) = exec.splices else {
+    let Some(cell) = exec.sink.splices else {
         return Some(false);
     };
     let mut splices = cell.borrow_mut();

@@ -23,13 +23,15 @@ use protocol::text::{
 };
 use storage::Store;
 
-use crate::ahead::{Ahead, Kind};
-use crate::auth::Step as AuthStep;
-use crate::binary::BinaryStep;
+use crate::admin::auth::Step as AuthStep;
 use crate::config::Binding;
-use crate::dump::Dump;
-use crate::exec::{memcached_item_fits, Exec, Flow, StoreRequest};
-use crate::splice::{Output, Splices};
+use crate::ops::dump::Dump;
+use crate::ops::{memcached_item_fits, Exec};
+use crate::proto::binary::BinaryStep;
+use crate::proto::text::StoreRequest;
+use crate::proto::Flow;
+use crate::reply::splice::{Output, Splices};
+use crate::session::ahead::{Ahead, Kind};
 use crate::stats::bump;
 
 /// Smallest free space offered to a read.
@@ -97,7 +99,7 @@ pub struct Conn {
     /// The last `process` stopped because output was backed up.
     stalled: bool,
     /// Binary-protocol state (SASL authentication).
-    binary: crate::binary::Session,
+    binary: crate::proto::binary::Session,
     /// Input bytes (from `rpos`) the next request needs before it can run:
     /// its data block, or a long multi-get line; 0 when nothing is known.
     need: usize,
@@ -164,7 +166,7 @@ impl Conn {
             flush_mark: 0,
             reqs_this_event: 0,
             stalled: false,
-            binary: crate::binary::Session::default(),
+            binary: crate::proto::binary::Session::default(),
             need: 0,
             auth_reply_at: None,
             paused_get: None,
@@ -184,7 +186,7 @@ impl Conn {
         self.state = State::ReadLine;
         self.mode = Mode::Undecided;
         self.flush_mark = 0;
-        self.binary = crate::binary::Session::default();
+        self.binary = crate::proto::binary::Session::default();
         self.need = 0;
         self.paused_get = None;
         self.dump = None;
@@ -424,7 +426,7 @@ impl Conn {
                             _ => Status::Open,
                         };
                     }
-                    if let Some(ends) = exec.message_ends {
+                    if let Some(ends) = exec.sink.message_ends {
                         ends.borrow_mut().push((self.wbuf.len(), false));
                     }
                     self.reqs_this_event += 1;
@@ -620,7 +622,7 @@ impl Conn {
         let (flow, used) = match request {
             Request::Meta(m) => match m.data_len() {
                 Some(len) => {
-                    if !crate::meta::admit_data(exec, &m, &mut self.wbuf) {
+                    if !crate::proto::meta::admit_data(exec, &m, &mut self.wbuf) {
                         self.rpos += next;
                         self.state = State::Swallow { remaining: len + 2 };
                         return true;
@@ -631,7 +633,7 @@ impl Conn {
                         return false;
                     }
                     let data = &input[next..total];
-                    let flow = crate::meta::execute(
+                    let flow = crate::proto::meta::execute(
                         exec,
                         m,
                         Some(data),
@@ -641,7 +643,13 @@ impl Conn {
                     (flow, total)
                 }
                 None => (
-                    crate::meta::execute(exec, m, None, &mut self.wbuf, &mut self.flush_mark),
+                    crate::proto::meta::execute(
+                        exec,
+                        m,
+                        None,
+                        &mut self.wbuf,
+                        &mut self.flush_mark,
+                    ),
                     next,
                 ),
             },
@@ -793,7 +801,7 @@ impl Conn {
             self.mode = Mode::Text;
             return true;
         };
-        match crate::auth::step(&self.rbuf[self.rpos..self.rlen], file) {
+        match crate::admin::auth::step(&self.rbuf[self.rpos..self.rlen], file) {
             AuthStep::Incomplete { need } => {
                 if need > 0 {
                     self.wait_for(need);
@@ -838,7 +846,7 @@ impl Conn {
     fn step_binary(&mut self, exec: &Exec<'_>) -> bool {
         let input = &self.rbuf[self.rpos..self.rlen];
         let sasl = exec.shared.sasl.as_ref();
-        match crate::binary::step_with(
+        match crate::proto::binary::step_with(
             exec,
             sasl,
             &mut self.binary,

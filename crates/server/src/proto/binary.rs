@@ -26,8 +26,9 @@ use protocol::binary::{
 };
 use storage::{ArithOutcome, Lookup, StoreMode, StoreOutcome};
 
-use crate::exec::{memcached_item_fits, Exec};
-use crate::prefix::Event;
+use crate::admin::prefix::Event;
+use crate::admin::sasl::Sasl;
+use crate::ops::{memcached_item_fits, Exec};
 use crate::stats::bump;
 
 /// The result of looking at the start of a binary-protocol input buffer.
@@ -48,54 +49,6 @@ pub enum BinaryStep {
 const MAX_SASL_MECH_LEN: usize = 32;
 /// The only mechanism served.
 const SASL_MECHS: &[u8] = b"PLAIN";
-
-/// SASL PLAIN credentials, from a password file of `user:password` lines
-/// (memcached's `MEMCACHED_SASL_PWDB` format).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Sasl {
-    users: Vec<(Vec<u8>, Vec<u8>)>,
-}
-
-impl Sasl {
-    /// Read the password file at `path`.
-    pub fn load(path: &std::path::Path) -> std::io::Result<Sasl> {
-        Ok(Sasl::parse_pwdb(&std::fs::read(path)?))
-    }
-
-    /// Parse `user:password` lines; lines without a `:` are ignored, and the
-    /// password is everything after the first `:` up to the line end.
-    #[must_use]
-    pub fn parse_pwdb(text: &[u8]) -> Sasl {
-        let users = text
-            .split(|&b| b == b'\n')
-            .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
-            .filter_map(|line| {
-                let colon = line.iter().position(|&b| b == b':')?;
-                Some((line[..colon].to_vec(), line[colon + 1..].to_vec()))
-            })
-            .filter(|(user, _)| !user.is_empty())
-            .collect();
-        Sasl { users }
-    }
-
-    /// Check a PLAIN message: `[authzid] NUL authcid NUL password`. An
-    /// authorization id, when given, must name the same user.
-    #[must_use]
-    pub fn check_plain(&self, message: &[u8]) -> bool {
-        let mut parts = message.splitn(3, |&b| b == 0);
-        let (Some(authzid), Some(user), Some(password)) =
-            (parts.next(), parts.next(), parts.next())
-        else {
-            return false;
-        };
-        if !authzid.is_empty() && authzid != user {
-            return false;
-        }
-        self.users
-            .iter()
-            .any(|(u, p)| u.as_slice() == user && p.as_slice() == password)
-    }
-}
 
 /// Per-connection binary-protocol state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -127,7 +80,7 @@ pub fn step_with(
     if header.magic != REQUEST_MAGIC {
         // memcached closes at once; what it had not flushed is lost.
         out.truncate((*flush_mark).min(out.len()));
-        if let Some(splices) = exec.splices {
+        if let Some(splices) = exec.sink.splices {
             splices.borrow_mut().truncate(out.len(), exec.store());
         }
         return BinaryStep::CloseAfterWrite(0);
@@ -679,13 +632,13 @@ impl Request<'_, '_, '_, '_> {
         let shared = self.exec.shared;
         let mut text = Vec::new();
         if key.is_empty() {
-            crate::stats_report::general(shared, &mut text);
+            crate::ops::stats::general(shared, &mut text);
         } else if rest.starts_with(b"reset") {
             shared.stats.reset();
             shared.store.reset_stats();
             shared.prefixes.clear();
         } else if rest.starts_with(b"settings") {
-            crate::stats_report::settings(shared, &mut text);
+            crate::ops::stats::settings(shared, &mut text);
         } else if rest.starts_with(b"detail") {
             let sub = &rest[6..];
             if sub.starts_with(b" dump") {
@@ -701,9 +654,9 @@ impl Request<'_, '_, '_, '_> {
                 return self.error(Status::KeyNotFound);
             }
         } else if key == b"slabs" {
-            crate::stats_report::slabs(shared, &mut text);
+            crate::ops::stats::slabs(shared, &mut text);
         } else if key == b"sizes" {
-            crate::stats_report::sizes(&mut text);
+            crate::ops::stats::sizes(&mut text);
         } else if matches!(key, b"items" | b"sizes_enable" | b"sizes_disable") {
             // Slab-allocator statistics have no counterpart here: empty.
         } else {
@@ -785,38 +738,16 @@ impl Request<'_, '_, '_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
     use std::sync::Arc;
 
     use protocol::binary::{frame_packet, write_request};
 
-    use crate::clock::Clock;
-    use crate::config::Settings;
-    use crate::exec::Shared;
-    use crate::stats::{StatsRegistry, WorkerStats};
+    use crate::state::Shared;
+    use crate::stats::WorkerStats;
 
     fn shared() -> (Shared, Arc<WorkerStats>) {
-        let settings = Settings::from_args(["ferrocache", "-t", "1"]).unwrap();
-        let store = storage::Store::builder()
-            .memory_limit(settings.memory_limit_bytes)
-            .item_size_max(settings.item_size_max_bytes)
-            .build()
-            .unwrap();
-        let stats = Arc::new(WorkerStats::default());
-        let shared = Shared {
-            verbosity: AtomicU32::new(0),
-            store,
-            clock: Clock::new(),
-            stats: StatsRegistry::new(vec![stats.clone()]),
-            curr_connections: AtomicUsize::new(0),
-            shutting_down: AtomicBool::new(false),
-            ascii_auth: None,
-            sasl: None,
-            prefixes: crate::prefix::PrefixStats::new(b':'),
-            crawler: crate::crawler::Crawler::default(),
-            conns: crate::conns::ConnRegistry::default(),
-            settings,
-        };
+        let shared = Shared::from_args(["ferrocache", "-t", "1"]).unwrap();
+        let stats = shared.worker_stats(0).clone();
         (shared, stats)
     }
 
@@ -838,9 +769,11 @@ mod tests {
         let exec = Exec {
             shared,
             stats,
-            message_ends: None,
-            splices: None,
-            splice_min: usize::MAX,
+            sink: crate::reply::Sink {
+                message_ends: None,
+                splices: None,
+                splice_min: usize::MAX,
+            },
         };
         let mut out = Vec::new();
         let mut mark = 0;
@@ -967,22 +900,6 @@ mod tests {
         let get = packet(opcode::GET, b"", b"key", b"");
         let (_, r) = run(&shared, &stats, None, &mut s, &get);
         assert_eq!(r, vec![(1, b"Not found".to_vec())]);
-    }
-
-    #[test]
-    fn password_file_lines() {
-        let db = Sasl::parse_pwdb(b"alice:secret\nbob:pa:ss\r\n\nnocolon\n:anon\n");
-        assert!(db.check_plain(b"\0alice\0secret"));
-        assert!(db.check_plain(b"alice\0alice\0secret"));
-        assert!(db.check_plain(b"\0bob\0pa:ss"));
-        assert!(!db.check_plain(b"\0alice\0wrong"));
-        assert!(
-            !db.check_plain(b"bob\0alice\0secret"),
-            "authzid must be the user"
-        );
-        assert!(!db.check_plain(b"\0nocolon\0"));
-        assert!(!db.check_plain(b"\0\0anon"));
-        assert!(!db.check_plain(b"alice"));
     }
 
     #[test]

@@ -42,9 +42,9 @@ use mio::net::UdpSocket;
 use mmsg::{RecvBatch, SendBatch, MAX_BATCH};
 use socket2::{Protocol, Type};
 
-use crate::conn::Conn;
-use crate::exec::Exec;
-use crate::spin::AdaptiveSpin;
+use crate::io::spin::AdaptiveSpin;
+use crate::ops::Exec;
+use crate::session::conn::Conn;
 use crate::stats::bump;
 
 /// Size of memcached's UDP frame header.
@@ -59,7 +59,7 @@ const UDP_MAX_REQUEST_BYTES: usize = 65536;
 /// Bind one UDP socket for a worker, with `SO_REUSEPORT` so that every worker
 /// has its own and the kernel spreads datagrams by source address.
 pub fn bind_udp(addr: SocketAddr) -> Result<UdpSocket> {
-    let socket = crate::net::bind_reuseport(addr, Type::DGRAM, Protocol::UDP, "UDP")?;
+    let socket = crate::io::net::bind_reuseport(addr, Type::DGRAM, Protocol::UDP, "UDP")?;
     Ok(UdpSocket::from_std(socket.into()))
 }
 
@@ -217,9 +217,11 @@ fn answer(
     let udp_exec = Exec {
         shared: exec.shared,
         stats: exec.stats,
-        message_ends: Some(message_ends),
-        splices: None,
-        splice_min: usize::MAX,
+        sink: crate::reply::Sink {
+            message_ends: Some(message_ends),
+            splices: None,
+            splice_min: usize::MAX,
+        },
     };
     loop {
         // The payload goes in as the connection's read buffer takes it, as

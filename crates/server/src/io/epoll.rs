@@ -26,13 +26,14 @@ use mio::{Events, Interest, Poll, Token};
 use socket2::{Protocol, Type};
 
 use crate::config::IoBackend;
-use crate::conn::{Conn, Status};
-use crate::exec::{Exec, Shared};
-use crate::net::{bind_tcp, bind_unix, Listener, Stream};
-use crate::spin::AdaptiveSpin;
-use crate::splice::Splices;
+use crate::io::net::{bind_tcp, bind_unix, Listener, Stream};
+use crate::io::spin::AdaptiveSpin;
+use crate::io::udp::{bind_udp, UdpEndpoint};
+use crate::ops::Exec;
+use crate::reply::splice::Splices;
+use crate::session::conn::{Conn, Status};
+use crate::state::Shared;
 use crate::stats::{bump, WorkerStats};
-use crate::udp::{bind_udp, UdpEndpoint};
 
 const WAKER: Token = Token(usize::MAX);
 const LISTENER_BASE: usize = usize::MAX / 2;
@@ -86,7 +87,7 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
         if settings.port != 0 {
             let mut addr = base;
             if addr.port() != 0 {
-                crate::net::refuse_taken_port(addr, Type::STREAM, Protocol::TCP, "TCP")?;
+                crate::io::net::refuse_taken_port(addr, Type::STREAM, Protocol::TCP, "TCP")?;
             }
             for (listeners, _) in per_worker.iter_mut() {
                 let l = bind_tcp(addr, settings.backlog)?;
@@ -112,7 +113,7 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
         if settings.udp_port != 0 {
             let mut addr = base;
             addr.set_port(settings.udp_port);
-            crate::net::refuse_taken_port(addr, Type::DGRAM, Protocol::UDP, "UDP")?;
+            crate::io::net::refuse_taken_port(addr, Type::DGRAM, Protocol::UDP, "UDP")?;
             for (_, udp) in per_worker.iter_mut() {
                 udp.push(UdpEndpoint::new(bind_udp(addr)?));
             }
@@ -125,7 +126,7 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
 }
 
 /// Start every thread and serve until a shutdown signal.
-pub fn run(shared: Arc<Shared>, worker_stats: Vec<Arc<WorkerStats>>) -> Result<()> {
+pub fn run(shared: Arc<Shared>) -> Result<()> {
     crate::sys::block_shutdown_signals().context("blocking signals")?;
 
     let per_worker = bind_listeners(&shared)?;
@@ -136,7 +137,8 @@ pub fn run(shared: Arc<Shared>, worker_stats: Vec<Arc<WorkerStats>>) -> Result<(
     let backend = shared.settings.io_backend;
     let mut wakers = Vec::new();
     let mut handles = Vec::new();
-    for (id, ((listeners, udp), stats)) in per_worker.into_iter().zip(worker_stats).enumerate() {
+    for (id, (listeners, udp)) in per_worker.into_iter().enumerate() {
+        let stats = shared.worker_stats(id).clone();
         let wake = Arc::new(File::from(
             crate::sys::eventfd().context("creating a wake-up eventfd")?,
         ));
@@ -158,7 +160,7 @@ pub fn run(shared: Arc<Shared>, worker_stats: Vec<Arc<WorkerStats>>) -> Result<(
                     // The ring is created on the thread that uses it (it is
                     // set up single-issuer).
                     let (listeners, udp) = if backend == IoBackend::Uring {
-                        match crate::uring::UringWorker::new(
+                        match crate::io::uring::UringWorker::new(
                             listeners,
                             udp,
                             shared.clone(),
@@ -192,7 +194,14 @@ pub fn run(shared: Arc<Shared>, worker_stats: Vec<Arc<WorkerStats>>) -> Result<(
         let shared = shared.clone();
         std::thread::Builder::new()
             .name("crawler".into())
-            .spawn(move || crate::crawler::crawler_loop(&shared))?
+            .spawn(move || {
+                crate::admin::crawler::crawler_loop(
+                    &shared.crawler,
+                    &shared.store,
+                    &shared.clock,
+                    &shared.shutting_down,
+                )
+            })?
     };
 
     let sig = crate::sys::wait_for_shutdown_signal();
@@ -260,7 +269,7 @@ struct Client {
     conn: Conn,
     /// Its `stats conns` entry, which also holds the server time of the last byte
     /// received, for `-o idle_timeout`.
-    entry: Arc<crate::conns::Entry>,
+    entry: Arc<crate::admin::conns::Entry>,
     /// Registered for writable events because output is pending.
     want_write: bool,
 }
@@ -460,9 +469,11 @@ impl Worker {
         let exec = Exec {
             shared: &self.shared,
             stats: &self.stats,
-            message_ends: None,
-            splices: None,
-            splice_min: usize::MAX,
+            sink: crate::reply::Sink {
+                message_ends: None,
+                splices: None,
+                splice_min: usize::MAX,
+            },
         };
         self.udp[i].serve(&exec);
     }
@@ -481,9 +492,11 @@ impl Worker {
         let exec = Exec {
             shared: &self.shared,
             stats: &self.stats,
-            message_ends: None,
-            splices: self.splices.as_ref(),
-            splice_min: self.splice_min,
+            sink: crate::reply::Sink {
+                message_ends: None,
+                splices: self.splices.as_ref(),
+                splice_min: self.splice_min,
+            },
         };
         let Some(client) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
             return;

@@ -16,14 +16,14 @@
 //! between and no hot/warm/cold LRU to tune. `slabs reassign` therefore answers as
 //! memcached does for a class with no spare page.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use protocol::text::{CrawlTarget, CrawlerCommand, TuneCommand};
-use storage::DumpCursor;
+use storage::{DumpCursor, Store};
 
-use crate::exec::Shared;
+use crate::clock::Clock;
 
 /// Items a requested crawl checks between two of its `lru_crawler sleep` pauses
 /// (memcached's `crawls_persleep`).
@@ -76,27 +76,6 @@ impl Default for Tunables {
         }
     }
 }
-
-/// The `-o` options that set [`Tunables`]; the rest of `-o` is handled in `config.rs`.
-pub const TUNABLE_OPTIONS: &[&str] = &[
-    "lru_crawler",
-    "no_lru_crawler",
-    "lru_crawler_sleep",
-    "lru_crawler_tocrawl",
-    "slab_reassign",
-    "no_slab_reassign",
-    "slab_automove",
-    "slab_automove_ratio",
-    "lru_maintainer",
-    "no_lru_maintainer",
-    "lru_segmented",
-    "no_lru_segmented",
-    "hot_lru_pct",
-    "warm_lru_pct",
-    "hot_max_factor",
-    "warm_max_factor",
-    "temporary_ttl",
-];
 
 impl Tunables {
     /// The settings after memcached's `-o` options `extended` (key, value), in order,
@@ -372,12 +351,11 @@ impl Crawler {
 /// The crawler thread: wait for `lru_crawler crawl`, then walk the whole index once,
 /// unlinking expired and flushed items, until shutdown. Both are signalled through
 /// `wake`; the timeout only bounds a wait should a signal ever be missed.
-pub fn crawler_loop(shared: &Shared) {
-    let crawler = &shared.crawler;
+pub fn crawler_loop(crawler: &Crawler, store: &Store, clock: &Clock, stop: &AtomicBool) {
     loop {
         {
             let mut s = crawler.state();
-            while !s.busy && !shared.shutting_down.load(Ordering::Relaxed) {
+            while !s.busy && !stop.load(Ordering::Relaxed) {
                 s = crawler
                     .wake
                     .wait_timeout(s, Duration::from_secs(1))
@@ -385,18 +363,17 @@ pub fn crawler_loop(shared: &Shared) {
                     .0;
             }
         }
-        if shared.shutting_down.load(Ordering::Relaxed) {
+        if stop.load(Ordering::Relaxed) {
             return;
         }
-        crawl_once(shared);
+        crawl_once(crawler, store, clock, stop);
         crawler.state().busy = false;
     }
 }
 
 /// One requested crawl: the whole index, or `tocrawl` items, pausing as `sleep` says.
 /// Stops early when the crawler is disabled or the server shuts down.
-fn crawl_once(shared: &Shared) {
-    let crawler = &shared.crawler;
+fn crawl_once(crawler: &Crawler, store: &Store, clock: &Clock, stop: &AtomicBool) {
     let mut cursor = DumpCursor::default();
     let mut since_sleep = 0;
     let mut checked = 0usize;
@@ -407,12 +384,10 @@ fn crawl_once(shared: &Shared) {
             crawler_tocrawl,
             ..
         } = crawler.tunables();
-        if !lru_crawler || shared.shutting_down.load(Ordering::Relaxed) {
+        if !lru_crawler || stop.load(Ordering::Relaxed) {
             return;
         }
-        let step = shared
-            .store
-            .crawl(&mut cursor, shared.clock.now(), CRAWL_STEP_POSITIONS);
+        let step = store.crawl(&mut cursor, clock.now(), CRAWL_STEP_POSITIONS);
         crawler.record(step.swept);
         checked += step.swept.checked;
         since_sleep += step.swept.checked;

@@ -20,7 +20,7 @@
 use protocol::text::DumpClasses;
 use storage::{DumpCursor, DumpItem};
 
-use crate::exec::{memcached_item_size, Exec};
+use crate::ops::{memcached_item_size, Exec};
 
 /// Index positions looked at per call into the store, between output checks.
 const POSITIONS_PER_CALL: usize = 4096;

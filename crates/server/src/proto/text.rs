@@ -4,8 +4,7 @@
 //! see the connection itself (memcached's handlers take the whole `conn`; we
 //! keep the dependency narrow). Counters follow memcached's meanings.
 
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use protocol::fast::KeyScan;
 use protocol::text::{DetailOp, GetCommand, Keys, Request, StatsGroup, StoreCommand, MAX_KEY_LEN};
@@ -14,89 +13,12 @@ use storage::{
     PREFETCH_DISTANCE,
 };
 
-use crate::clock::Clock;
-use crate::config::{Settings, MAX_VERBOSITY_LEVEL};
-use crate::prefix::Event;
-use crate::splice::Splices;
-use crate::stats::{bump, StatsRegistry, WorkerStats};
-use crate::stats_report;
-
-/// State every worker shares.
-pub struct Shared {
-    pub settings: Settings,
-    pub store: Store,
-    pub clock: Clock,
-    pub stats: StatsRegistry,
-    /// Open client connections, all workers together.
-    pub curr_connections: AtomicUsize,
-    pub verbosity: AtomicU32,
-    /// Set once shutdown has begun; workers stop accepting and drain.
-    pub shutting_down: AtomicBool,
-    /// SASL credentials with `-S` (binary protocol only, as memcached).
-    pub sasl: Option<crate::binary::Sasl>,
-    /// ASCII authentication with `-Y` (`auth.rs`).
-    pub ascii_auth: Option<crate::auth::AuthFile>,
-    /// `stats detail`: counters per key prefix (`prefix.rs`).
-    pub prefixes: crate::prefix::PrefixStats,
-    /// The expired-item crawler and memcached's tuning settings (`crawler.rs`).
-    pub crawler: crate::crawler::Crawler,
-    /// The open sockets, for `stats conns` (`conns.rs`).
-    pub conns: crate::conns::ConnRegistry,
-}
-
-/// What the connection must do after a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Flow {
-    Continue,
-    /// Write what is buffered, then close (`quit`).
-    CloseAfterWrite,
-    /// Close without another reply.
-    Close,
-    /// `lru_crawler metadump`, admitted: the connection runs the dump (`dump.rs`),
-    /// reading the classes from the line again. No payload: a `Flow` carrying one was
-    /// two words instead of a byte, and every request paid about 20 instructions.
-    Dump,
-}
-
-/// memcached's `ITEM_ntotal`, the bytes memcached would take for an item: its
-/// header (48 bytes), the key and its NUL, the flags suffix when non-zero, the
-/// value and its `\r\n`, and the 8-byte cas unless `-C` (`cas` false). What `me`
-/// and `lru_crawler metadump` report as `size`, and what `-I` limits.
-#[must_use]
-pub fn memcached_item_size(key_len: usize, flags: u32, len: usize, cas: bool) -> usize {
-    const ITEM_HEADER_BYTES: usize = 48;
-    let suffix = if flags == 0 { 0 } else { 4 };
-    let cas = if cas { storage::MEMCACHED_CAS_BYTES } else { 0 };
-    ITEM_HEADER_BYTES + key_len + 1 + suffix + len + 2 + cas
-}
-
-/// memcached's item-size rule, from `item_size_ok()`: [`memcached_item_size`] with
-/// the cas must fit `item_size_max` (`-I`; under `-C`, where memcached's items have
-/// no cas, the caller passes 8 bytes more: `Settings::memcached_item_limit`). Applied
-/// here, independent of how our own engine lays items out, so that the same values
-/// are refused.
-#[must_use]
-pub fn memcached_item_fits(item_size_max: usize, key_len: usize, flags: u32, len: usize) -> bool {
-    memcached_item_size(key_len, flags, len, true) <= item_size_max
-}
-
-/// The per-worker view used to execute requests.
-pub struct Exec<'a> {
-    pub shared: &'a Shared,
-    pub stats: &'a WorkerStats,
-    /// Over UDP, memcached sends each request's reply, and each key of a
-    /// multi-get, as its own response message. When set, the output offsets
-    /// where one ends are recorded here, with whether an empty message is
-    /// still sent (memcached sends a header-only datagram for a missed key
-    /// that is not the last of its `get`).
-    pub message_ends: Option<&'a RefCell<Vec<(usize, bool)>>>,
-    /// Where large get values are pinned instead of copied, when the caller
-    /// sends with [`Splices::send`] (see `splice.rs`); `None` copies every value.
-    pub splices: Option<&'a RefCell<Splices>>,
-    /// Get values at least this long are spliced (`--zero-copy-min`);
-    /// `usize::MAX` without `splices`.
-    pub splice_min: usize,
-}
+use crate::admin::prefix::Event;
+use crate::config::MAX_VERBOSITY_LEVEL;
+use crate::ops::stats as stats_report;
+use crate::ops::Exec;
+use crate::proto::Flow;
+use crate::stats::{bump, WorkerStats};
 
 const CRLF: &[u8] = b"\r\n";
 
@@ -114,10 +36,6 @@ fn reply(out: &mut Vec<u8>, noreply: bool, line: &[u8]) {
 }
 
 impl Exec<'_> {
-    pub fn store(&self) -> &Store {
-        &self.shared.store
-    }
-
     /// Execute a request that carries no data block.
     ///
     /// `flush_mark` is where memcached would last have flushed this
@@ -137,7 +55,7 @@ impl Exec<'_> {
             Request::Store { .. } => {
                 unreachable!("storage commands go through execute_store")
             }
-            Request::Meta(m) => return crate::meta::execute(self, m, None, out, flush_mark),
+            Request::Meta(m) => return crate::proto::meta::execute(self, m, None, out, flush_mark),
             Request::Delete { key, noreply } => {
                 if self.shared.prefixes.enabled() {
                     self.shared.prefixes.record(key, Event::Delete);
@@ -235,7 +153,7 @@ impl Exec<'_> {
                     out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
                     return Flow::Continue;
                 }
-                crate::runtime::request_shutdown();
+                crate::sys::signal_self_terminate();
                 return Flow::Close;
             }
             Request::Stats(group) => self.stats_command(group, out),
@@ -297,7 +215,7 @@ impl Exec<'_> {
             out.extend_from_slice(protocol::text::ErrorReply::BadClass.bytes());
             return false;
         }
-        if self.message_ends.is_some() {
+        if self.sink.message_ends.is_some() {
             out.extend_from_slice(b"ERROR\r\n");
             return false;
         }
@@ -350,7 +268,7 @@ impl Exec<'_> {
             out: &mut *out,
             with_cas: CAS,
             discard: false,
-            splice_min: self.splice_min,
+            splice_min: self.sink.splice_min,
             exec: self,
         };
         let lookup = if let Some(value) = &self.shared.settings.null_store {
@@ -442,7 +360,7 @@ impl Exec<'_> {
                 0
             },
             // Over UDP every key ends a message, so every key takes the slower check.
-            check_at: if self.message_ends.is_some() {
+            check_at: if self.sink.message_ends.is_some() {
                 0
             } else {
                 pause_at
@@ -456,7 +374,7 @@ impl Exec<'_> {
         if self.shared.settings.null_store.is_none() && keys.clone().nth(1).is_some() {
             // The usual multi-get has a loop of its own, with what it does not use left
             // out and its choices made once (see `get_prefetched`).
-            if !DETAIL && !touch && self.message_ends.is_none() {
+            if !DETAIL && !touch && self.sink.message_ends.is_none() {
                 return if run.with_cas {
                     self.get_prefetched::<false, true, true>(run, keys, out, flush_mark)
                 } else {
@@ -566,7 +484,7 @@ impl Exec<'_> {
             out: &mut *out,
             with_cas: if LEAN { CAS } else { run.with_cas },
             discard: !LEAN && run.discard,
-            splice_min: self.splice_min,
+            splice_min: self.sink.splice_min,
             exec: self,
         };
         let null_store = if LEAN {
@@ -618,7 +536,7 @@ impl Exec<'_> {
         if run.discard || !keys.has_more() {
             return None;
         }
-        if let Some(ends) = self.message_ends {
+        if let Some(ends) = self.sink.message_ends {
             ends.borrow_mut().push((out.len(), false));
         }
         if out.len() >= run.pause_at {
@@ -650,10 +568,10 @@ impl Exec<'_> {
             GetEnd::TooLong => {
                 // memcached drops every reply not yet written, then errors.
                 out.truncate(*flush_mark);
-                if let Some(splices) = self.splices {
+                if let Some(splices) = self.sink.splices {
                     splices.borrow_mut().truncate(*flush_mark, self.store());
                 }
-                if let Some(ends) = self.message_ends {
+                if let Some(ends) = self.sink.message_ends {
                     ends.borrow_mut().retain(|&(e, _)| e <= *flush_mark);
                 }
                 out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
@@ -785,11 +703,11 @@ impl Exec<'_> {
                 out.extend_from_slice(b"OK\r\n");
             }
             StatsGroup::Detail(DetailOp::Dump) => self.shared.prefixes.dump(out),
-            StatsGroup::Slabs => crate::stats_report::slabs(self.shared, out),
+            StatsGroup::Slabs => crate::ops::stats::slabs(self.shared, out),
             // Over UDP (the only way here: `Conn::step` answers it on a connection,
             // which knows its descriptor), no connection is the one asking.
             StatsGroup::Conns => self.shared.conns.report(-1, self.shared.clock.now(), out),
-            StatsGroup::Sizes => crate::stats_report::sizes(out),
+            StatsGroup::Sizes => crate::ops::stats::sizes(out),
             StatsGroup::Internal => out.extend_from_slice(b"END\r\n"),
         }
     }
@@ -1004,10 +922,6 @@ impl Visit for ComposeValue<'_> {
     }
 }
 
-/// Spliced values pinned at once, at most: past it values are copied, so the output
-/// buffer's own high-water mark (and a multi-get's pause) bounds the rest.
-const SPLICE_BUDGET_BYTES: usize = 1024 * 1024;
-
 /// Compose a hit's header and trailer and pin its value to be sent in place, between
 /// them (see `splice.rs`). False, having written nothing, when the value must be copied:
 /// the budget is spent, or the store refused the pin.
@@ -1032,61 +946,4 @@ fn splice_value(
     exec.put_value(out, value, Some(pin));
     out.extend_from_slice(CRLF);
     true
-}
-
-impl Exec<'_> {
-    /// A pin of a hit's `value` for sending it from where it is stored (see
-    /// `splice.rs`), for the meta and binary replies, which compose around it
-    /// themselves: `None` when the value is to be copied (zero-copy off on this
-    /// worker or over UDP, shorter than `--zero-copy-min`, the budget spent, or the
-    /// store refused). Call under the item's shard lock, as [`storage::Store::pin`]
-    /// requires, and hand the pin to [`Exec::put_value`] before anything else is
-    /// written after the value's place.
-    pub(crate) fn value_pin(
-        &self,
-        value: &[u8],
-        origin: storage::Origin,
-    ) -> Option<storage::ValuePin> {
-        if value.len() < self.splice_min {
-            return None;
-        }
-        let cell = self.splices?;
-        if cell.borrow().bytes() + value.len() > SPLICE_BUDGET_BYTES {
-            return None;
-        }
-        self.store().pin(origin, value)
-    }
-
-    /// Append `value` to `out`: in place when [`Exec::value_pin`] gave a pin, else
-    /// copied.
-    pub(crate) fn put_value(
-        &self,
-        out: &mut Vec<u8>,
-        value: &[u8],
-        pin: Option<storage::ValuePin>,
-    ) {
-        match (pin, self.splices) {
-            (Some(pin), Some(cell)) => cell.borrow_mut().push(out.len(), pin),
-            (Some(pin), None) => {
-                // Not reached: `value_pin` pins only where there are splices.
-                self.store().unpin(pin);
-                out.extend_from_slice(value);
-            }
-            (None, _) => out.extend_from_slice(value),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn item_size_rule_matches_memcached() {
-        // 1 MiB limit, 1-byte key, flags 0: 48 + 2 + len + 2 + 8 <= 1048576.
-        assert!(memcached_item_fits(1 << 20, 1, 0, 1_048_516));
-        assert!(!memcached_item_fits(1 << 20, 1, 0, 1_048_517));
-        assert!(!memcached_item_fits(1 << 20, 1, 7, 1_048_516));
-        assert!(memcached_item_fits(1 << 20, 1, 7, 1_048_512));
-    }
 }

@@ -1,0 +1,85 @@
+//! The I/O layer: everything that touches a socket or a thread.
+//!
+//! - [`serve`]: start-up, from parsed settings to a running server.
+//! - [`epoll`]: worker threads on epoll, the signal, maintenance and crawler threads;
+//!   [`uring`]: the same worker on one io_uring (`--io-backend=uring`).
+//! - [`net`]: TCP and UNIX listeners and streams; [`udp`]: memcached's UDP framing.
+//! - [`spin`]: adaptive busy polling.
+//!
+//! Every backend reads into a [`crate::session::Conn`] and writes what it composed;
+//! none of them parses.
+
+pub mod epoll;
+pub mod net;
+pub mod spin;
+pub mod udp;
+pub mod uring;
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use crate::config::Settings;
+use crate::state::Shared;
+use crate::sys;
+
+/// Run the server that `settings` describe until it shuts down.
+pub fn serve(mut settings: Settings) -> Result<()> {
+    // memcached's order: the core limit, then the fork, before anything else starts
+    // (no thread may exist at the fork).
+    if settings.max_core {
+        sys::raise_core_limit()?;
+    }
+    if settings.daemonize {
+        sys::daemonize(settings.max_core, settings.verbose > 0)
+            .context("failed to daemon() in order to daemonize")?;
+    }
+    let (backend, why_not) = uring::resolve(settings.io_backend);
+    if let Some(line) = why_not {
+        eprintln!("{line}");
+    }
+    settings.io_backend = backend;
+    let builder = storage::Store::builder()
+        .memory_limit(settings.memory_limit_bytes)
+        .item_size_max(settings.item_size_max_bytes)
+        .memcached_cas(settings.cas_enabled)
+        .lock_memory(settings.lock_memory)
+        .evictions(settings.evictions);
+    let store = match builder.clone().large_pages(settings.large_pages).build() {
+        // memcached exits when it finds no huge page support; a cache on normal pages
+        // serves the same, so ferrocache says why in one line and goes on.
+        Err(e @ storage::BuildError::LargePages(_)) => {
+            eprintln!("ferrocache: {e}; using normal pages");
+            settings.large_pages = false;
+            builder.build()
+        }
+        built => built,
+    }
+    .context("creating the store")?;
+    if settings.lock_memory {
+        // memcached's words, and like memcached it goes on unlocked.
+        if let Err(e) = sys::lock_current_memory() {
+            eprintln!("warning: -k invalid, mlockall() failed: {e}");
+        }
+        // memcached would fail its allocations past the limit; ours serve unlocked.
+        if let Some(limit) =
+            sys::memlock_limit().filter(|&l| l < settings.memory_limit_bytes as u64)
+        {
+            eprintln!(
+                "warning: -k: RLIMIT_MEMLOCK is {limit} bytes, below -m; item memory past it \
+                 stays unlocked (raise it with ulimit -l)"
+            );
+        }
+    }
+    if let Some(path) = &settings.pidfile {
+        std::fs::write(path, format!("{}\n", std::process::id()))
+            .with_context(|| format!("writing pid file {path}"))?;
+    }
+    let shared = Arc::new(Shared::new(settings, store)?);
+    let served = epoll::run(shared.clone());
+    // Also when binding failed: a pid file must not outlive its process.
+    if let Some(path) = &shared.settings.pidfile {
+        let _ = std::fs::remove_file(path);
+    }
+    served
+}

@@ -1,0 +1,88 @@
+//! memcached's rules, one implementation per command, shared by the text, meta and
+//! binary protocols. This is the only layer that calls the [`Store`] or bumps a
+//! command counter: a protocol parses, calls here, and composes its reply from what
+//! comes back. A CAS check and the change it guards happen in one store call, under
+//! one shard lock.
+//!
+//! - [`item`]: the item-size rule (`-I`).
+//! - [`get`]: lookups and their counters; [`store`]: storage commands and their
+//!   outcome counters, with the unlink of a failed `set`; [`modify`]: delete, touch,
+//!   incr/decr; [`admin`]: flush_all, verbosity, cache_memlimit, stats reset.
+//! - [`stats`]: the `stats` reports; [`dump`]: `lru_crawler metadump`.
+
+pub mod admin;
+pub mod dump;
+pub mod get;
+pub mod item;
+pub mod modify;
+pub mod stats;
+pub mod store;
+
+use storage::Store;
+
+use crate::reply::Sink;
+use crate::state::Shared;
+use crate::stats::WorkerStats;
+
+pub use item::{memcached_item_fits, memcached_item_size};
+
+/// Spliced values pinned at once, at most: past it values are copied, so the output
+/// buffer's own high-water mark (and a multi-get's pause) bounds the rest.
+const SPLICE_BUDGET_BYTES: usize = 1024 * 1024;
+
+/// One worker's view for executing requests: the shared state, the worker's own
+/// counters, and where its replies go.
+#[derive(Clone, Copy)]
+pub struct Exec<'a> {
+    pub shared: &'a Shared,
+    pub stats: &'a WorkerStats,
+    pub sink: Sink<'a>,
+}
+
+impl<'a> Exec<'a> {
+    /// The store. Only `ops` calls it; the other layers go through the functions here.
+    #[inline(always)]
+    pub(crate) fn store(&self) -> &'a Store {
+        &self.shared.store
+    }
+
+    /// The server clock's current relative time.
+    #[inline(always)]
+    pub fn now(&self) -> storage::RelTime {
+        self.shared.clock.now()
+    }
+}
+
+impl Exec<'_> {
+    /// A pin of a hit's `value` for sending it from where it is stored (see
+    /// `reply/splice.rs`), for the meta and binary replies, which compose around it
+    /// themselves: `None` when the value is to be copied (zero-copy off on this
+    /// worker or over UDP, shorter than `--zero-copy-min`, the budget spent, or the
+    /// store refused). Call under the item's shard lock, as [`storage::Store::pin`]
+    /// requires, and hand the pin to [`Exec::put_value`] before anything else is
+    /// written after the value's place.
+    pub fn value_pin(&self, value: &[u8], origin: storage::Origin) -> Option<storage::ValuePin> {
+        if value.len() < self.sink.splice_min {
+            return None;
+        }
+        let cell = self.sink.splices?;
+        if cell.borrow().bytes() + value.len() > SPLICE_BUDGET_BYTES {
+            return None;
+        }
+        self.store().pin(origin, value)
+    }
+
+    /// Append `value` to `out`: in place when [`Exec::value_pin`] gave a pin, else
+    /// copied.
+    pub fn put_value(&self, out: &mut Vec<u8>, value: &[u8], pin: Option<storage::ValuePin>) {
+        match (pin, self.sink.splices) {
+            (Some(pin), Some(cell)) => cell.borrow_mut().push(out.len(), pin),
+            (Some(pin), None) => {
+                // Not reached: `value_pin` pins only where there are splices.
+                self.store().unpin(pin);
+                out.extend_from_slice(value);
+            }
+            (None, _) => out.extend_from_slice(value),
+        }
+    }
+}

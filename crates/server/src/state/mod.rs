@@ -1,0 +1,102 @@
+//! `Shared`: the state every worker reads, built once at start-up: the settings,
+//! the store, the clock, the statistics registry and the admin registries.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use storage::Store;
+
+use crate::admin::{auth::AuthFile, conns::ConnRegistry, crawler, prefix::PrefixStats, sasl::Sasl};
+use crate::clock::Clock;
+use crate::config::Settings;
+use crate::stats::{StatsRegistry, WorkerStats};
+
+/// State every worker shares.
+pub struct Shared {
+    pub settings: Settings,
+    pub store: Store,
+    pub clock: Clock,
+    pub stats: StatsRegistry,
+    /// Open client connections, all workers together.
+    pub curr_connections: AtomicUsize,
+    pub verbosity: AtomicU32,
+    /// Set once shutdown has begun; workers stop accepting and drain.
+    pub shutting_down: AtomicBool,
+    /// SASL credentials with `-S` (binary protocol only, as memcached).
+    pub sasl: Option<Sasl>,
+    /// ASCII authentication with `-Y` (`admin/auth.rs`).
+    pub ascii_auth: Option<AuthFile>,
+    /// `stats detail`: counters per key prefix (`admin/prefix.rs`).
+    pub prefixes: PrefixStats,
+    /// The expired-item crawler and memcached's tuning settings (`admin/crawler.rs`).
+    pub crawler: crawler::Crawler,
+    /// The open sockets, for `stats conns` (`admin/conns.rs`).
+    pub conns: ConnRegistry,
+    /// One counter block per worker, in worker order (the registry sums them).
+    workers: Vec<Arc<WorkerStats>>,
+}
+
+impl Shared {
+    /// The shared state for `settings` over an already built `store`: reads the SASL
+    /// password file (`-S`) and the ASCII auth file (`-Y`), and one counter block for
+    /// each of `settings.threads` workers.
+    pub fn new(settings: Settings, store: Store) -> Result<Shared> {
+        let sasl = match &settings.sasl_pwdb {
+            Some(path) => Some(
+                Sasl::load(std::path::Path::new(path))
+                    .with_context(|| format!("reading SASL password file {path}"))?,
+            ),
+            None => None,
+        };
+        let ascii_auth = match &settings.auth_file {
+            Some(path) => Some(AuthFile::load(path)?),
+            None => None,
+        };
+        let workers: Vec<Arc<WorkerStats>> = (0..settings.threads.max(1))
+            .map(|_| Arc::new(WorkerStats::default()))
+            .collect();
+        Ok(Shared {
+            verbosity: AtomicU32::new(settings.verbose),
+            store,
+            clock: Clock::new(),
+            stats: StatsRegistry::new(workers.clone()),
+            curr_connections: AtomicUsize::new(0),
+            shutting_down: AtomicBool::new(false),
+            sasl,
+            ascii_auth,
+            prefixes: PrefixStats::new(settings.prefix_delimiter()),
+            crawler: crawler::Crawler::new(
+                crawler::Tunables::from_options(&settings.extended).map_err(anyhow::Error::msg)?,
+            ),
+            conns: ConnRegistry::default(),
+            settings,
+            workers,
+        })
+    }
+
+    /// The shared state of a server started with memcached's command line `args`
+    /// (the first is the program name), with its store built but nothing bound or
+    /// started: what in-process tests and fuzz targets drive a `Conn` against.
+    pub fn from_args<I, T>(args: I) -> Result<Shared>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let settings = Settings::from_args(args)?;
+        let store = Store::builder()
+            .memory_limit(settings.memory_limit_bytes)
+            .item_size_max(settings.item_size_max_bytes)
+            .memcached_cas(settings.cas_enabled)
+            .evictions(settings.evictions)
+            .build()
+            .context("creating the store")?;
+        Shared::new(settings, store)
+    }
+
+    /// Worker `id`'s counters (each worker is their only writer).
+    #[must_use]
+    pub fn worker_stats(&self, id: usize) -> &Arc<WorkerStats> {
+        &self.workers[id]
+    }
+}
