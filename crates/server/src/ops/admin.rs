@@ -1,1 +1,110 @@
-//! (filled below)
+//! Server-wide commands: `flush_all`, `verbosity`, `cache_memlimit`, `stats reset`
+//! and `stats detail on|off|dump`.
+
+use std::sync::atomic::Ordering;
+
+use storage::RelTime;
+
+use super::Exec;
+use crate::config::MAX_VERBOSITY_LEVEL;
+use crate::stats::bump;
+
+/// The outcome of [`Exec::set_memory_limit`], each with memcached's reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemLimit {
+    Set,
+    TooSmall,
+    /// A figure that looks like bytes, not megabytes.
+    NotMegabytes,
+    /// With `-L`, or past the segment table's room (see docs/protocol.md).
+    Failed,
+}
+
+impl MemLimit {
+    /// memcached's reply line.
+    #[must_use]
+    pub fn reply(self) -> &'static [u8] {
+        match self {
+            MemLimit::Set => b"OK\r\n",
+            MemLimit::TooSmall => b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n",
+            MemLimit::NotMegabytes => {
+                b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n"
+            }
+            MemLimit::Failed => b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n",
+        }
+    }
+}
+
+impl Exec<'_> {
+    /// `flush_all`: every item stored up to `at` (now when `None`) reads as flushed
+    /// from then on. False, with nothing done, when flushing is disabled (`-F`).
+    /// memcached's text protocol counts a refused flush in `cmd_flush`, its binary
+    /// protocol does not: `count_refused` says which.
+    pub fn flush_all(&self, at: Option<RelTime>, count_refused: bool) -> bool {
+        let settings = &self.shared.settings;
+        if !settings.flush_enabled {
+            if count_refused {
+                bump(&self.stats.cmd_flush, 1);
+            }
+            return false;
+        }
+        bump(&self.stats.cmd_flush, 1);
+        let now = self.now();
+        self.store()
+            .flush_all(settings.flush_oldest_live(at.unwrap_or(now)), now);
+        true
+    }
+
+    /// `verbosity`: memcached keeps the level, capped.
+    pub fn set_verbosity(&self, level: u32) {
+        self.shared
+            .verbosity
+            .store(level.min(MAX_VERBOSITY_LEVEL), Ordering::Relaxed);
+    }
+
+    /// `cache_memlimit`: change `-m` at run time.
+    pub fn set_memory_limit(&self, megabytes: u64) -> MemLimit {
+        if megabytes < 8 {
+            return MemLimit::TooSmall;
+        }
+        if megabytes > 1_000_000_000 {
+            return MemLimit::NotMegabytes;
+        }
+        if !self
+            .store()
+            .set_memory_limit(megabytes as usize * (1 << 20))
+        {
+            return MemLimit::Failed;
+        }
+        if self.shared.verbosity.load(Ordering::Relaxed) > 0 {
+            eprintln!("maxbytes adjusted to {megabytes}m");
+        }
+        MemLimit::Set
+    }
+
+    /// `stats reset`: the command counters, the store's and `stats detail`'s.
+    pub fn reset_stats(&self) {
+        self.shared.stats.reset();
+        self.store().reset_stats();
+        self.shared.prefixes.clear();
+    }
+
+    /// An authentication attempt (SASL or `-Y`): `auth_cmds`, and `auth_errors`
+    /// when it failed.
+    pub fn count_auth(&self, ok: bool) {
+        bump(&self.stats.auth_cmds, 1);
+        if !ok {
+            bump(&self.stats.auth_errors, 1);
+        }
+    }
+
+    /// `stats detail on|off`.
+    pub fn set_detail(&self, on: bool) {
+        self.shared.prefixes.set_enabled(on);
+    }
+
+    /// `stats detail dump`: memcached's lines, one per prefix.
+    pub fn dump_detail(&self, out: &mut Vec<u8>) {
+        self.shared.prefixes.dump(out);
+    }
+}

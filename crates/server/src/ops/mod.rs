@@ -46,6 +46,12 @@ impl<'a> Exec<'a> {
         &self.shared.store
     }
 
+    /// Drop what the sink holds for output past `at` (the caller truncates the
+    /// output itself): a reply memcached would not have sent.
+    pub fn drop_output_after(&self, at: usize) {
+        self.sink.truncate(at, self.store());
+    }
+
     /// The server clock's current relative time.
     #[inline(always)]
     pub fn now(&self) -> storage::RelTime {

@@ -24,12 +24,11 @@
 use protocol::binary::{
     opcode, write_response_header, Header, Status, HEADER_LEN, MAX_KEY_LEN, REQUEST_MAGIC,
 };
-use storage::{ArithOutcome, Lookup, StoreMode, StoreOutcome};
+use storage::{MetaArith, MetaStore, StoreMode, StoreOutcome};
 
-use crate::admin::prefix::Event;
 use crate::admin::sasl::Sasl;
+use crate::ops::modify::Deleted;
 use crate::ops::{memcached_item_fits, Exec};
-use crate::stats::bump;
 
 /// The result of looking at the start of a binary-protocol input buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,9 +79,7 @@ pub fn step_with(
     if header.magic != REQUEST_MAGIC {
         // memcached closes at once; what it had not flushed is lost.
         out.truncate((*flush_mark).min(out.len()));
-        if let Some(splices) = exec.sink.splices {
-            splices.borrow_mut().truncate(out.len(), exec.store());
-        }
+        exec.drop_output_after(out.len());
         return BinaryStep::CloseAfterWrite(0);
     }
     let head_len = HEADER_LEN + header.extras_and_key_len();
@@ -258,14 +255,6 @@ impl Request<'_, '_, '_, '_> {
         );
     }
 
-    /// `stats detail on`: count `event` against the request key's prefix.
-    fn record_prefix(&self, event: Event) {
-        let prefixes = &self.exec.shared.prefixes;
-        if prefixes.enabled() {
-            prefixes.record(self.key(), event);
-        }
-    }
-
     /// memcached flushes the connection's output here.
     fn flushed(&mut self) {
         *self.flush_mark = self.out.len();
@@ -330,7 +319,6 @@ impl Request<'_, '_, '_, '_> {
         let opcode = self.header.opcode;
         let opaque = self.header.opaque;
         let exec = self.exec;
-        let store = &exec.shared.store;
         let out = &mut *self.out;
         let compose = |item: storage::ItemRef<'_>| {
             let key_len = if return_key { item.key.len() } else { 0 };
@@ -350,52 +338,13 @@ impl Request<'_, '_, '_, '_> {
                 out.extend_from_slice(item.key);
             }
             if return_value {
-                // Large values go in place, as for `get` (see `splice.rs`).
+                // Large values go in place, as for `get` (see `reply/splice.rs`).
                 exec.put_value(out, item.value, exec.value_pin(item.value, item.origin));
             }
         };
-        let lookup = if touch {
-            store.get_and_touch(key, exptime, now, compose)
-        } else {
-            store.get(key, now, compose)
-        };
-        let stats = self.exec.stats;
-        self.record_prefix(Event::Get {
-            hit: lookup.is_hit(),
-        });
-        bump(
-            if touch {
-                &stats.cmd_touch
-            } else {
-                &stats.cmd_get
-            },
-            1,
-        );
-        if lookup.is_hit() {
-            bump(
-                if touch {
-                    &stats.touch_hits
-                } else {
-                    &stats.get_hits
-                },
-                1,
-            );
-            return;
-        }
-        bump(
-            if touch {
-                &stats.touch_misses
-            } else {
-                &stats.get_misses
-            },
-            1,
-        );
-        match lookup {
-            Lookup::Expired => bump(&stats.get_expired, 1),
-            Lookup::Flushed => bump(&stats.get_flushed, 1),
-            _ => {}
-        }
-        if quiet {
+        let lookup = exec.lookup_key(key, touch.then_some(exptime), now, compose);
+        exec.count_get(key, &lookup, touch);
+        if lookup.is_hit() || quiet {
             return;
         }
         if return_key {
@@ -420,83 +369,64 @@ impl Request<'_, '_, '_, '_> {
         let item_size_max = self.exec.shared.settings.memcached_item_limit();
         let key_len = usize::from(self.header.key_len);
         if !memcached_item_fits(item_size_max, key_len, flags, value_len) {
-            self.record_prefix(Event::Set);
-            if op == opcode::SET {
-                // memcached unlinks the old value so it cannot outlive the set.
-                let key = self.key();
-                self.exec.shared.store.delete(key, self.now());
-            }
+            self.exec
+                .refuse_too_large(self.key(), op == opcode::SET, true);
             return self.error_swallow(Status::TooLarge, value_len);
         }
         let total = self.header.packet_len();
         if self.input.len() < total {
             return BinaryStep::Incomplete;
         }
-        self.record_prefix(Event::Set);
         let input = self.input;
         let key = &input[HEADER_LEN + usize::from(self.header.extras_len)..self.head_len];
         let value = &input[self.head_len..total];
-        let stats = self.exec.stats;
-        let store = &self.exec.shared.store;
-        let now = self.now();
-        bump(&stats.cmd_set, 1);
+        let exec = self.exec;
+        exec.begin_store(key, true);
         // Under -C memcached's stores never see the request's cas (its items have no
         // cas to set it in), so they are plain stores.
-        let cas_in = self.exec.shared.settings.item_cas(self.header.cas);
-        let mode = match op {
-            _ if cas_in != 0 && !concat => StoreMode::Cas(cas_in),
-            opcode::SET => StoreMode::Set,
-            opcode::ADD => StoreMode::Add,
-            opcode::REPLACE => StoreMode::Replace,
-            opcode::APPEND => StoreMode::Append,
-            _ => StoreMode::Prepend,
+        let cas_in = exec.shared.settings.item_cas(self.header.cas);
+        let exptime = self.realtime(exptime);
+        let unlink_old = op == opcode::SET;
+        let (outcome, cas) = if concat {
+            // memcached refuses an append/prepend whose CAS is not the item's; the
+            // check is made under the lock that appends.
+            exec.store_checked(
+                MetaStore {
+                    mode: if op == opcode::APPEND {
+                        StoreMode::Append
+                    } else {
+                        StoreMode::Prepend
+                    },
+                    key,
+                    flags,
+                    exptime,
+                    value,
+                    append_cas: cas_in,
+                    invalidate: false,
+                    key_binary: false,
+                },
+                unlink_old,
+            )
+        } else {
+            let mode = match op {
+                _ if cas_in != 0 => StoreMode::Cas(cas_in),
+                opcode::SET => StoreMode::Set,
+                opcode::ADD => StoreMode::Add,
+                _ => StoreMode::Replace,
+            };
+            exec.store_value(mode, key, None, flags, exptime, value, unlink_old)
         };
-        if concat && cas_in != 0 {
-            // memcached refuses an append/prepend whose CAS is not the item's.
-            let live_cas = store.get(key, now, |item| item.cas).hit();
-            if live_cas.is_some_and(|c| c != cas_in) {
-                self.error(Status::KeyExists);
-                return BinaryStep::Consumed(total);
-            }
-        }
-        let (outcome, cas) = store.store_cas(mode, key, flags, self.realtime(exptime), value, now);
-        let is_cas = matches!(mode, StoreMode::Cas(_));
         match outcome {
-            StoreOutcome::Stored => {
-                if is_cas {
-                    bump(&stats.cas_hits, 1);
-                }
-                self.success(cas, 0, b"", quiet);
-            }
-            StoreOutcome::Exists => {
-                if is_cas {
-                    bump(&stats.cas_badval, 1);
-                }
-                self.error(Status::KeyExists);
-            }
-            StoreOutcome::NotFound => {
-                if is_cas {
-                    bump(&stats.cas_misses, 1);
-                }
-                self.error(Status::KeyNotFound);
-            }
+            StoreOutcome::Stored => self.success(cas, 0, b"", quiet),
+            StoreOutcome::Exists => self.error(Status::KeyExists),
+            StoreOutcome::NotFound => self.error(Status::KeyNotFound),
             StoreOutcome::NotStored => self.error(match op {
                 opcode::ADD => Status::KeyExists,
                 opcode::REPLACE => Status::KeyNotFound,
                 _ => Status::NotStored,
             }),
-            StoreOutcome::TooLarge => {
-                bump(&stats.store_too_large, 1);
-                if op == opcode::SET {
-                    store.delete(key, now);
-                }
-                self.error(Status::TooLarge);
-            }
+            StoreOutcome::TooLarge => self.error(Status::TooLarge),
             StoreOutcome::NoMemory => {
-                bump(&stats.store_no_memory, 1);
-                if op == opcode::SET {
-                    store.delete(key, now);
-                }
                 self.error_text(Status::OutOfMemory, b"Out of memory allocating item");
             }
         }
@@ -507,24 +437,11 @@ impl Request<'_, '_, '_, '_> {
         let key_start = HEADER_LEN + usize::from(self.header.extras_len);
         let input = self.input;
         let key = &input[key_start..self.head_len];
-        let store = &self.exec.shared.store;
-        let stats = self.exec.stats;
-        let now = self.now();
-        self.record_prefix(Event::Delete);
         let cas_in = self.exec.shared.settings.cas_check(self.header.cas);
-        if cas_in != 0 {
-            let live_cas = store.get(key, now, |item| item.cas).hit();
-            if live_cas.is_some_and(|c| c != cas_in) {
-                self.error(Status::KeyExists);
-                return;
-            }
-        }
-        if store.delete(key, now) {
-            bump(&stats.delete_hits, 1);
-            self.success(0, 0, b"", quiet);
-        } else {
-            bump(&stats.delete_misses, 1);
-            self.error(Status::KeyNotFound);
+        match self.exec.delete_if_cas(key, cas_in) {
+            Deleted::Deleted => self.success(0, 0, b"", quiet),
+            Deleted::NotFound => self.error(Status::KeyNotFound),
+            Deleted::Exists => self.error(Status::KeyExists),
         }
     }
 
@@ -537,38 +454,17 @@ impl Request<'_, '_, '_, '_> {
         let key_start = HEADER_LEN + usize::from(self.header.extras_len);
         let input = self.input;
         let key = &input[key_start..self.head_len];
-        let store = &self.exec.shared.store;
-        let stats = self.exec.stats;
-        let now = self.now();
-        let cas_in = self.exec.shared.settings.cas_check(self.header.cas);
-        if cas_in != 0 {
-            // memcached checks an empty value first, then the CAS.
-            match store
-                .get(key, now, |item| (item.value.is_empty(), item.cas))
-                .hit()
-            {
-                Some((true, _)) => return self.error(Status::NonNumeric),
-                Some((false, cas)) if cas != cas_in => return self.error(Status::KeyExists),
-                _ => {}
+        let exec = self.exec;
+        let create = expiration != u32::MAX;
+        // memcached checks an empty value first, then the CAS: so does the store, both
+        // under the lock that rewrites the number.
+        let cas_in = exec.shared.settings.cas_check(self.header.cas);
+        match exec.incr_decr(key, delta, incr, cas_in, None, !create) {
+            MetaArith::Value { value, cas, .. } => {
+                self.success(cas, 0, &value.to_be_bytes(), quiet);
             }
-        }
-        match store.incr_decr(key, delta, incr, now) {
-            ArithOutcome::Value(v) => {
-                bump(
-                    if incr {
-                        &stats.incr_hits
-                    } else {
-                        &stats.decr_hits
-                    },
-                    1,
-                );
-                let cas = store.get(key, now, |item| item.cas).hit().unwrap_or(0);
-                self.success(cas, 0, &v.to_be_bytes(), quiet);
-            }
-            ArithOutcome::NotFound if expiration != u32::MAX => {
-                let digits = itoa::Buffer::new().format(initial).as_bytes().to_vec();
-                let exptime = self.realtime(expiration);
-                match store.store_cas(StoreMode::Add, key, 0, exptime, &digits, now) {
+            MetaArith::NotFound if create => {
+                match exec.create_counter(key, initial, self.realtime(expiration)) {
                     (StoreOutcome::Stored, cas) => {
                         self.success(cas, 0, &initial.to_be_bytes(), quiet)
                     }
@@ -578,47 +474,28 @@ impl Request<'_, '_, '_, '_> {
                     _ => self.error(Status::NotStored),
                 }
             }
-            ArithOutcome::NotFound => {
-                bump(
-                    if incr {
-                        &stats.incr_misses
-                    } else {
-                        &stats.decr_misses
-                    },
-                    1,
-                );
-                self.error(Status::KeyNotFound);
-            }
-            ArithOutcome::NonNumeric => self.error(Status::NonNumeric),
-            ArithOutcome::NoMemory => {
+            MetaArith::NotFound => self.error(Status::KeyNotFound),
+            MetaArith::Exists => self.error(Status::KeyExists),
+            MetaArith::NonNumeric => self.error(Status::NonNumeric),
+            MetaArith::NoMemory => {
                 self.error_text(Status::OutOfMemory, b"Out of memory incrementing value");
             }
         }
     }
 
     fn flush(&mut self, quiet: bool) {
-        if !self.exec.shared.settings.flush_enabled {
-            // memcached answers a disabled flush_all as an auth failure.
-            self.error(Status::AuthError);
-            return;
-        }
         let exptime = if self.header.extras_len == 4 {
             self.extra_u32(0)
         } else {
             0
         };
-        let now = self.now();
-        let new_oldest = if exptime > 0 {
-            self.realtime(exptime)
+        let at = (exptime > 0).then(|| self.realtime(exptime));
+        if self.exec.flush_all(at, false) {
+            self.success(0, 0, b"", quiet);
         } else {
-            now
-        };
-        self.exec
-            .shared
-            .store
-            .flush_all(self.exec.shared.settings.flush_oldest_live(new_oldest), now);
-        bump(&self.exec.stats.cmd_flush, 1);
-        self.success(0, 0, b"", quiet);
+            // memcached answers a disabled flush_all as an auth failure.
+            self.error(Status::AuthError);
+        }
     }
 
     /// STAT with an optional group in the key. memcached matches `reset`,
@@ -634,9 +511,7 @@ impl Request<'_, '_, '_, '_> {
         if key.is_empty() {
             crate::ops::stats::general(shared, &mut text);
         } else if rest.starts_with(b"reset") {
-            shared.stats.reset();
-            shared.store.reset_stats();
-            shared.prefixes.clear();
+            self.exec.reset_stats();
         } else if rest.starts_with(b"settings") {
             crate::ops::stats::settings(shared, &mut text);
         } else if rest.starts_with(b"detail") {
@@ -644,12 +519,12 @@ impl Request<'_, '_, '_, '_> {
             if sub.starts_with(b" dump") {
                 // The text dump, whole, as one stat's value (as memcached sends it).
                 let mut dump = Vec::new();
-                shared.prefixes.dump(&mut dump);
+                self.exec.dump_detail(&mut dump);
                 self.stat_packet(b"detailed", &dump);
             } else if sub.starts_with(b" on") {
-                shared.prefixes.set_enabled(true);
+                self.exec.set_detail(true);
             } else if sub.starts_with(b" off") {
-                shared.prefixes.set_enabled(false);
+                self.exec.set_detail(false);
             } else {
                 return self.error(Status::KeyNotFound);
             }
@@ -723,12 +598,11 @@ impl Request<'_, '_, '_, '_> {
         } else {
             false
         };
-        bump(&self.exec.stats.auth_cmds, 1);
+        self.exec.count_auth(ok);
         if ok {
             session.authenticated = true;
             self.success(0, 0, b"Authenticated", false);
         } else {
-            bump(&self.exec.stats.auth_errors, 1);
             self.error(Status::AuthError);
         }
         BinaryStep::Consumed(total)

@@ -18,12 +18,11 @@ use protocol::meta::{
     base64_encode, MetaCommand, MetaError, MetaRequest, SetMode, MAX_BINARY_KEY_LEN,
     MAX_OPAQUE_TOKEN_LEN,
 };
-use storage::{ItemMut, Lookup, MetaArith, MetaStore, RelTime, StoreMode, StoreOutcome};
+use storage::{ItemMut, MetaArith, MetaStore, RelTime, StoreMode, StoreOutcome};
 
 use crate::clock::{Clock, REALTIME_MAXDELTA_SECS};
 use crate::ops::{memcached_item_fits, memcached_item_size, Exec};
 use crate::proto::Flow;
-use crate::stats::bump;
 
 const CRLF: &[u8] = b"\r\n";
 
@@ -101,10 +100,9 @@ pub fn admit_data(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) -> 
     let len = req.data_len().unwrap_or(0);
     let item_size_max = exec.shared.settings.memcached_item_limit();
     if !memcached_item_fits(item_size_max, key.len(), req.options.client_flags, len) {
-        bump(&exec.stats.store_too_large, 1);
         // memcached drops the old value whatever the mode, so no stale value outlives a
         // write the client believes it made.
-        exec.shared.store.delete(key, exec.shared.clock.now());
+        exec.refuse_too_large(key, true, false);
         out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
         return false;
     }
@@ -137,14 +135,6 @@ pub fn execute(
     Flow::Continue
 }
 
-fn count_first_lookup(exec: &Exec<'_>, first: Lookup<()>) {
-    match first {
-        Lookup::Expired => bump(&exec.stats.get_expired, 1),
-        Lookup::Flushed => bump(&exec.stats.get_flushed, 1),
-        _ => {}
-    }
-}
-
 /// `mg`: memcached's `process_mget_command`.
 fn meta_get(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let clock = &exec.shared.clock;
@@ -160,7 +150,7 @@ fn meta_get(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let mut failed = false;
     let mut ttl_set = false;
 
-    let (first, hit) = exec.shared.store.meta_get(
+    let (first, hit) = exec.with_item(
         key,
         o.vivify.is_some(),
         now,
@@ -247,24 +237,16 @@ fn meta_get(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
             }
         },
     );
-    count_first_lookup(exec, first);
+    exec.count_dead(first);
     if failed {
         out.truncate(start);
         out.extend_from_slice(MetaError::OpaqueTooLong.bytes());
         return;
     }
+    exec.count_meta_get(hit.is_some(), ttl_set);
     if hit.is_some() {
-        if ttl_set {
-            bump(&exec.stats.cmd_touch, 1);
-            bump(&exec.stats.touch_hits, 1);
-        } else {
-            bump(&exec.stats.cmd_get, 1);
-            bump(&exec.stats.get_hits, 1);
-        }
         return;
     }
-    bump(&exec.stats.cmd_get, 1);
-    bump(&exec.stats.get_misses, 1);
     out.extend_from_slice(b"EN");
     if !push_opaque_and_key(out, req, key) {
         out.truncate(start);
@@ -284,15 +266,15 @@ fn meta_set(exec: &Exec<'_>, req: &MetaRequest<'_>, data: &[u8], out: &mut Vec<u
     let clock = &exec.shared.clock;
     let now = clock.now();
     let o = req.options;
-    bump(&exec.stats.cmd_set, 1);
+    let mut kbuf = [0u8; MAX_BINARY_KEY_LEN];
+    let key = req.decoded_key(&mut kbuf);
+    exec.begin_store(key, false);
     let len = data.len() - 2;
     if &data[len..] != CRLF {
         // Errors are never quiet.
         out.extend_from_slice(b"CLIENT_ERROR bad data chunk\r\n");
         return;
     }
-    let mut kbuf = [0u8; MAX_BINARY_KEY_LEN];
-    let key = req.decoded_key(&mut kbuf);
     let cas_in = o.cas.unwrap_or(0);
     let mode = match req.set_mode {
         SetMode::Set => StoreMode::Set,
@@ -303,7 +285,7 @@ fn meta_set(exec: &Exec<'_>, req: &MetaRequest<'_>, data: &[u8], out: &mut Vec<u
         SetMode::Cas => StoreMode::Cas(exec.shared.settings.swap_cas(cas_in)),
     };
     let is_cas = req.set_mode == SetMode::Cas;
-    let (outcome, cas) = exec.shared.store.meta_store(
+    let (outcome, cas) = exec.store_checked(
         MetaStore {
             mode,
             key,
@@ -315,38 +297,19 @@ fn meta_set(exec: &Exec<'_>, req: &MetaRequest<'_>, data: &[u8], out: &mut Vec<u
             invalidate: o.invalidate && is_cas,
             key_binary: o.base64,
         },
-        now,
+        true,
     );
     let start = out.len();
     let status: &[u8] = match outcome {
-        StoreOutcome::Stored => {
-            if is_cas {
-                bump(&exec.stats.cas_hits, 1);
-            }
-            b"HD"
-        }
+        StoreOutcome::Stored => b"HD",
         StoreOutcome::NotStored => b"NS",
-        StoreOutcome::Exists => {
-            if is_cas {
-                bump(&exec.stats.cas_badval, 1);
-            }
-            b"EX"
-        }
-        StoreOutcome::NotFound => {
-            if is_cas {
-                bump(&exec.stats.cas_misses, 1);
-            }
-            b"NF"
-        }
+        StoreOutcome::Exists => b"EX",
+        StoreOutcome::NotFound => b"NF",
         StoreOutcome::TooLarge => {
-            bump(&exec.stats.store_too_large, 1);
-            exec.shared.store.delete(key, now);
             out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
             return;
         }
         StoreOutcome::NoMemory => {
-            bump(&exec.stats.store_no_memory, 1);
-            exec.shared.store.delete(key, now);
             out.extend_from_slice(b"SERVER_ERROR out of memory storing object\r\n");
             return;
         }
@@ -384,7 +347,7 @@ fn meta_delete(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let mut kbuf = [0u8; MAX_BINARY_KEY_LEN];
     let key = req.decoded_key(&mut kbuf);
     let ttl = o.ttl.map(|t| realtime(clock, t, now));
-    let (first, done) = exec.shared.store.meta_get(key, false, now, |it, _| {
+    let (first, done) = exec.with_item(key, false, now, |it, _| {
         if o.cas
             .is_some_and(|c| c != exec.shared.settings.item_cas(it.cas()))
         {
@@ -404,19 +367,20 @@ fn meta_delete(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
             Deleted::Unlinked
         }
     });
-    count_first_lookup(exec, first);
+    exec.count_dead(first);
+    // memcached counts a CAS mismatch as a miss here (its binary DELETE does not).
     let status: &[u8] = match done {
         None => {
-            bump(&exec.stats.delete_misses, 1);
+            exec.count_delete(false);
             b"NF"
         }
         Some(Deleted::CasMismatch) => {
-            bump(&exec.stats.delete_misses, 1);
+            exec.count_delete(false);
             b"EX"
         }
         Some(Deleted::Invalidated) => b"HD",
         Some(Deleted::Unlinked) => {
-            bump(&exec.stats.delete_hits, 1);
+            exec.count_delete(true);
             b"HD"
         }
     };
@@ -445,13 +409,13 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let ttl_pos = req.flags().position(|t| t[0] == b'T');
     let applied_ttl = ttl.filter(|_| ttl_pos.is_some_and(before_cut));
 
-    let result = exec.shared.store.meta_incr_decr(
+    let result = exec.incr_decr(
         key,
         o.delta,
         req.incr,
         exec.shared.settings.cas_check(o.cas.unwrap_or(0)),
         applied_ttl,
-        now,
+        o.vivify.is_none(),
     );
     let start = out.len();
     // (value, cas, exptime before the flags, created)
@@ -461,17 +425,7 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
             cas,
             exptime,
             ..
-        } => {
-            bump(
-                if req.incr {
-                    &exec.stats.incr_hits
-                } else {
-                    &exec.stats.decr_hits
-                },
-                1,
-            );
-            Some((value, cas, exptime, false))
-        }
+        } => Some((value, cas, exptime, false)),
         MetaArith::NotFound if o.vivify.is_some() => {
             // Vivify: an item holding the initial value; `T` and `N` set its exptime
             // in the order given (up to a bad opaque).
@@ -486,12 +440,7 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
                     _ => {}
                 }
             }
-            let mut buf = itoa::Buffer::new();
-            let digits = buf.format(o.initial).as_bytes();
-            let (outcome, cas) =
-                exec.shared
-                    .store
-                    .store_cas(StoreMode::Add, key, 0, exptime, digits, now);
+            let (outcome, cas) = exec.create_counter(key, o.initial, exptime);
             match outcome {
                 StoreOutcome::Stored | StoreOutcome::NotStored => Some((o.initial, cas, 0, true)),
                 _ => {
@@ -501,14 +450,6 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
             }
         }
         MetaArith::NotFound => {
-            bump(
-                if req.incr {
-                    &exec.stats.incr_misses
-                } else {
-                    &exec.stats.decr_misses
-                },
-                1,
-            );
             out.extend_from_slice(b"NF");
             None
         }
@@ -585,7 +526,7 @@ fn meta_debug(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let now = exec.shared.clock.now();
     let mut kbuf = [0u8; MAX_BINARY_KEY_LEN];
     let key = req.decoded_key(&mut kbuf);
-    let (first, found) = exec.shared.store.meta_get(key, false, now, |it, _| {
+    let (first, found) = exec.with_item(key, false, now, |it, _| {
         out.extend_from_slice(b"ME ");
         if it.key_binary() {
             base64_encode(it.key(), out);
@@ -619,12 +560,11 @@ fn meta_debug(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
         push_num(out, size);
         out.extend_from_slice(CRLF);
     });
-    count_first_lookup(exec, first);
     if found.is_none() {
         out.extend_from_slice(b"EN\r\n");
     }
     // memcached counts `me` (only) in cmd_meta, once the line was accepted.
-    bump(&exec.stats.cmd_meta, 1);
+    exec.count_meta_debug(first);
 }
 
 /// The slab class memcached 1.6 (default `-n 48 -f 1.25`, 1 MiB pages) would keep an

@@ -1,24 +1,23 @@
-//! Request execution: one parsed request + the store + the clock -> reply bytes.
+//! The text protocol: a parsed request (from `protocol::text`) run through `ops`, and
+//! its reply composed into the connection's output buffer.
 //!
-//! Handlers append their reply to the connection's output buffer and never
-//! see the connection itself (memcached's handlers take the whole `conn`; we
-//! keep the dependency narrow). Counters follow memcached's meanings.
-
-use std::sync::atomic::Ordering;
+//! Handlers append to the output and never see the connection itself (memcached's
+//! take the whole `conn`; we keep the dependency narrow). The retrieval commands
+//! have the most here: a multi-get prefetches its keys in chunks, pauses when its
+//! output backs up, and ends in memcached's ways (`END`, or an error that drops the
+//! replies not yet flushed).
 
 use protocol::fast::KeyScan;
 use protocol::text::{DetailOp, GetCommand, Keys, Request, StatsGroup, StoreCommand, MAX_KEY_LEN};
 use storage::{
-    ArithOutcome, ItemRef, KeyHash, Located, Lookup, Peeked, Store, StoreMode, StoreOutcome, Visit,
+    ItemRef, KeyHash, Located, Lookup, MetaArith, Peeked, StoreMode, StoreOutcome, Visit,
     PREFETCH_DISTANCE,
 };
 
-use crate::admin::prefix::Event;
-use crate::config::MAX_VERBOSITY_LEVEL;
+use crate::ops::get::GetTally;
 use crate::ops::stats as stats_report;
 use crate::ops::Exec;
 use crate::proto::Flow;
-use crate::stats::{bump, WorkerStats};
 
 const CRLF: &[u8] = b"\r\n";
 
@@ -42,7 +41,6 @@ impl Exec<'_> {
     /// connection's output; a `get` with a key over 250 bytes discards
     /// everything after it, as memcached does (see docs/protocol.md).
     pub fn execute(&self, req: Request<'_>, out: &mut Vec<u8>, flush_mark: &mut usize) -> Flow {
-        let now = self.shared.clock.now();
         match req {
             Request::Get {
                 command,
@@ -57,14 +55,9 @@ impl Exec<'_> {
             }
             Request::Meta(m) => return crate::proto::meta::execute(self, m, None, out, flush_mark),
             Request::Delete { key, noreply } => {
-                if self.shared.prefixes.enabled() {
-                    self.shared.prefixes.record(key, Event::Delete);
-                }
-                if self.store().delete(key, now) {
-                    bump(&self.stats.delete_hits, 1);
+                if self.delete(key) {
                     reply(out, noreply, b"DELETED\r\n");
                 } else {
-                    bump(&self.stats.delete_misses, 1);
                     reply(out, noreply, b"NOT_FOUND\r\n");
                 }
             }
@@ -73,73 +66,42 @@ impl Exec<'_> {
                 key,
                 delta,
                 noreply,
-            } => match self.store().incr_decr(key, delta, incr, now) {
-                ArithOutcome::Value(v) => {
-                    bump(
-                        if incr {
-                            &self.stats.incr_hits
-                        } else {
-                            &self.stats.decr_hits
-                        },
-                        1,
-                    );
+            } => match self.incr_decr(key, delta, incr, 0, None, true) {
+                MetaArith::Value { value, .. } => {
                     if !noreply {
-                        push_u64(out, v);
+                        push_u64(out, value);
                         out.extend_from_slice(CRLF);
                     }
                 }
-                ArithOutcome::NotFound => {
-                    bump(
-                        if incr {
-                            &self.stats.incr_misses
-                        } else {
-                            &self.stats.decr_misses
-                        },
-                        1,
-                    );
-                    reply(out, noreply, b"NOT_FOUND\r\n");
-                }
-                ArithOutcome::NonNumeric => reply(
+                MetaArith::NotFound | MetaArith::Exists => reply(out, noreply, b"NOT_FOUND\r\n"),
+                MetaArith::NonNumeric => reply(
                     out,
                     noreply,
                     b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
                 ),
-                ArithOutcome::NoMemory => reply(out, noreply, b"SERVER_ERROR out of memory\r\n"),
+                MetaArith::NoMemory => reply(out, noreply, b"SERVER_ERROR out of memory\r\n"),
             },
             Request::Touch {
                 key,
                 exptime,
                 noreply,
             } => {
-                bump(&self.stats.cmd_touch, 1);
-                let exptime = self.shared.clock.realtime(exptime);
-                if self.store().touch(key, exptime, now) {
-                    bump(&self.stats.touch_hits, 1);
+                if self.touch(key, self.shared.clock.realtime(exptime)) {
                     reply(out, noreply, b"TOUCHED\r\n");
                 } else {
-                    bump(&self.stats.touch_misses, 1);
                     reply(out, noreply, b"NOT_FOUND\r\n");
                 }
             }
             Request::FlushAll { delay, noreply } => {
-                bump(&self.stats.cmd_flush, 1);
-                if !self.shared.settings.flush_enabled {
-                    reply(out, noreply, b"CLIENT_ERROR flush_all not allowed\r\n");
-                    return Flow::Continue;
-                }
-                let new_oldest = if delay > 0 {
-                    self.shared.clock.realtime(delay)
+                let at = (delay > 0).then(|| self.shared.clock.realtime(delay));
+                if self.flush_all(at, true) {
+                    reply(out, noreply, b"OK\r\n");
                 } else {
-                    now
-                };
-                self.store()
-                    .flush_all(self.shared.settings.flush_oldest_live(new_oldest), now);
-                reply(out, noreply, b"OK\r\n");
+                    reply(out, noreply, b"CLIENT_ERROR flush_all not allowed\r\n");
+                }
             }
             Request::Verbosity { level, noreply } => {
-                self.shared
-                    .verbosity
-                    .store(level.min(MAX_VERBOSITY_LEVEL), Ordering::Relaxed);
+                self.set_verbosity(level);
                 reply(out, noreply, b"OK\r\n");
             }
             Request::Version => {
@@ -162,23 +124,11 @@ impl Exec<'_> {
                 *flush_mark = out.len();
             }
             Request::MemLimit { megabytes, noreply } => {
-                let line: &[u8] = if megabytes < 8 {
-                    b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n"
-                } else if megabytes > 1_000_000_000 {
-                    b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n"
-                } else if self
-                    .store()
-                    .set_memory_limit(megabytes as usize * (1 << 20))
-                {
-                    if self.shared.verbosity.load(Ordering::Relaxed) > 0 {
-                        eprintln!("maxbytes adjusted to {megabytes}m");
-                    }
-                    b"OK\r\n"
-                } else {
-                    // With -L, or past the segment table's room; see docs/protocol.md.
-                    b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n"
-                };
-                reply(out, noreply, line);
+                reply(
+                    out,
+                    noreply,
+                    self.set_memory_limit(u64::from(megabytes)).reply(),
+                );
             }
             Request::Invalid { reply: r, noreply } => reply(out, noreply, r.bytes()),
             Request::Close => return Flow::Close,
@@ -262,8 +212,7 @@ impl Exec<'_> {
         out: &mut Vec<u8>,
         flush_mark: &mut usize,
     ) {
-        let now = self.shared.clock.now();
-        let store = self.store();
+        let now = self.now();
         let compose = ComposeValue {
             out: &mut *out,
             with_cas: CAS,
@@ -274,29 +223,10 @@ impl Exec<'_> {
         let lookup = if let Some(value) = &self.shared.settings.null_store {
             compose.canned(key, value)
         } else {
-            let (h, peeked) = hashed.unwrap_or_else(|| (store.hash(key), Peeked::default()));
-            store.get_hashed(key, h, peeked, now, compose)
+            let (h, peeked) = hashed.unwrap_or_else(|| (self.hash(key), Peeked::default()));
+            self.lookup(key, h, peeked, None, now, compose)
         };
-        // The counters bumped straight from the outcome, not through a tally made first
-        // and added after.
-        let stats = self.stats;
-        bump(&stats.cmd_get, 1);
-        match lookup {
-            Lookup::Hit(()) => bump(&stats.get_hits, 1),
-            Lookup::Miss => bump(&stats.get_misses, 1),
-            Lookup::Expired => {
-                bump(&stats.get_misses, 1);
-                bump(&stats.get_expired, 1);
-            }
-            Lookup::Flushed => {
-                bump(&stats.get_misses, 1);
-                bump(&stats.get_flushed, 1);
-            }
-        }
-        if self.shared.prefixes.enabled() {
-            let hit = matches!(lookup, Lookup::Hit(()));
-            self.shared.prefixes.record(key, Event::Get { hit });
-        }
+        self.count_get(key, &lookup, false);
         out.extend_from_slice(b"END\r\n");
         *flush_mark = out.len();
     }
@@ -434,9 +364,8 @@ impl Exec<'_> {
         out: &mut Vec<u8>,
         flush_mark: &mut usize,
     ) -> Option<usize> {
-        let store = self.store();
         let mut chunk = Chunk::new(&keys);
-        while chunk.fill(store) {
+        while chunk.fill(self) {
             for slot in &chunk.parsed[..chunk.len] {
                 let end = match self.get_key::<DETAIL, LEAN, CAS>(
                     &mut run,
@@ -495,30 +424,19 @@ impl Exec<'_> {
         let lookup = if let Some(value) = null_store {
             compose.canned(key, value)
         } else {
-            let h = hashed.unwrap_or_else(|| self.store().hash(key));
-            if !LEAN && run.touch {
-                self.store()
-                    .get_and_touch_hashed(key, h, peeked, run.new_exptime, run.now, compose)
+            let h = hashed.unwrap_or_else(|| self.hash(key));
+            let touch = if !LEAN && run.touch {
+                Some(run.new_exptime)
             } else {
-                self.store().get_hashed(key, h, peeked, run.now, compose)
-            }
+                None
+            };
+            self.lookup(key, h, peeked, touch, run.now, compose)
         };
         // A hit bumps one counter: the lookups are the hits and misses together.
         let hit = matches!(lookup, Lookup::Hit(()));
-        match lookup {
-            Lookup::Hit(()) => run.tally.hits += 1,
-            Lookup::Miss => run.tally.misses += 1,
-            Lookup::Expired => {
-                run.tally.misses += 1;
-                run.tally.expired += 1;
-            }
-            Lookup::Flushed => {
-                run.tally.misses += 1;
-                run.tally.flushed += 1;
-            }
-        }
+        run.tally.add(&lookup);
         if DETAIL {
-            self.shared.prefixes.record(key, Event::Get { hit });
+            self.record_get(key, hit);
         }
         Ok(())
     }
@@ -557,7 +475,7 @@ impl Exec<'_> {
         out: &mut Vec<u8>,
         flush_mark: &mut usize,
     ) -> Option<usize> {
-        run.tally.add_to(self.stats, run.touch);
+        self.count_gets(&run.tally, run.touch);
         match end {
             GetEnd::Done => {
                 out.extend_from_slice(b"END\r\n");
@@ -568,12 +486,7 @@ impl Exec<'_> {
             GetEnd::TooLong => {
                 // memcached drops every reply not yet written, then errors.
                 out.truncate(*flush_mark);
-                if let Some(splices) = self.sink.splices {
-                    splices.borrow_mut().truncate(*flush_mark, self.store());
-                }
-                if let Some(ends) = self.sink.message_ends {
-                    ends.borrow_mut().retain(|&(e, _)| e <= *flush_mark);
-                }
+                self.drop_output_after(*flush_mark);
                 out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
                 None
             }
@@ -594,11 +507,7 @@ impl Exec<'_> {
     pub fn execute_store_inlined(&self, request: StoreRequest<'_>, out: &mut Vec<u8>) {
         let (command, key, noreply, data) =
             (request.command, request.key, request.noreply, request.data);
-        let now = self.shared.clock.now();
-        bump(&self.stats.cmd_set, 1);
-        if self.shared.prefixes.enabled() {
-            self.shared.prefixes.record(key, Event::Set);
-        }
+        self.begin_store(key, true);
         let len = data.len() - 2;
         if &data[len..] != CRLF {
             reply(out, noreply, b"CLIENT_ERROR bad data chunk\r\n");
@@ -613,53 +522,30 @@ impl Exec<'_> {
             StoreCommand::Cas => StoreMode::Cas(self.shared.settings.swap_cas(request.cas)),
         };
         let exptime = self.shared.clock.realtime(request.exptime);
-        let outcome = if self.shared.settings.null_store.is_some() {
-            StoreOutcome::Stored
-        } else {
-            self.store()
-                .store_cas_hashed(
-                    mode,
-                    key,
-                    request.hashed,
-                    request.flags,
-                    exptime,
-                    &data[..len],
-                    now,
-                )
-                .0
-        };
+        let (outcome, _) = self.store_value(
+            mode,
+            key,
+            request.hashed,
+            request.flags,
+            exptime,
+            &data[..len],
+            command == StoreCommand::Set,
+        );
         // Each arm writes its own literal: through one `&[u8]` chosen by the match, the
-        // copy was a `memcpy` call, about 20 instructions of every set.
+        // copy was a call to `memcpy`.
         match outcome {
-            StoreOutcome::Stored => {
-                if command == StoreCommand::Cas {
-                    bump(&self.stats.cas_hits, 1);
-                }
-                reply(out, noreply, b"STORED\r\n");
-            }
+            StoreOutcome::Stored => reply(out, noreply, b"STORED\r\n"),
             StoreOutcome::NotStored => reply(out, noreply, b"NOT_STORED\r\n"),
-            StoreOutcome::Exists => {
-                bump(&self.stats.cas_badval, 1);
-                reply(out, noreply, b"EXISTS\r\n");
-            }
-            StoreOutcome::NotFound => {
-                bump(&self.stats.cas_misses, 1);
-                reply(out, noreply, b"NOT_FOUND\r\n");
-            }
+            StoreOutcome::Exists => reply(out, noreply, b"EXISTS\r\n"),
+            StoreOutcome::NotFound => reply(out, noreply, b"NOT_FOUND\r\n"),
             StoreOutcome::TooLarge => {
-                bump(&self.stats.store_too_large, 1);
-                self.drop_stale_on_failed_set(command, key, now);
                 reply(out, noreply, b"SERVER_ERROR object too large for cache\r\n");
             }
-            StoreOutcome::NoMemory => {
-                bump(&self.stats.store_no_memory, 1);
-                self.drop_stale_on_failed_set(command, key, now);
-                reply(
-                    out,
-                    noreply,
-                    b"SERVER_ERROR out of memory storing object\r\n",
-                );
-            }
+            StoreOutcome::NoMemory => reply(
+                out,
+                noreply,
+                b"SERVER_ERROR out of memory storing object\r\n",
+            ),
         }
     }
 
@@ -672,20 +558,8 @@ impl Exec<'_> {
         noreply: bool,
         out: &mut Vec<u8>,
     ) {
-        bump(&self.stats.store_too_large, 1);
-        if self.shared.prefixes.enabled() {
-            self.shared.prefixes.record(key, Event::Set);
-        }
-        self.drop_stale_on_failed_set(command, key, self.shared.clock.now());
+        self.refuse_too_large(key, command == StoreCommand::Set, true);
         reply(out, noreply, b"SERVER_ERROR object too large for cache\r\n");
-    }
-
-    /// memcached unlinks the old value when a `set` fails, so that a stale
-    /// value does not outlive a write the client believes it made.
-    fn drop_stale_on_failed_set(&self, command: StoreCommand, key: &[u8], now: u32) {
-        if command == StoreCommand::Set {
-            self.store().delete(key, now);
-        }
     }
 
     fn stats_command(&self, group: StatsGroup, out: &mut Vec<u8>) {
@@ -693,16 +567,14 @@ impl Exec<'_> {
             StatsGroup::General => stats_report::general(self.shared, out),
             StatsGroup::Settings => stats_report::settings(self.shared, out),
             StatsGroup::Reset => {
-                self.shared.stats.reset();
-                self.store().reset_stats();
-                self.shared.prefixes.clear();
+                self.reset_stats();
                 out.extend_from_slice(b"RESET\r\n");
             }
             StatsGroup::Detail(op @ (DetailOp::On | DetailOp::Off)) => {
-                self.shared.prefixes.set_enabled(op == DetailOp::On);
+                self.set_detail(op == DetailOp::On);
                 out.extend_from_slice(b"OK\r\n");
             }
-            StatsGroup::Detail(DetailOp::Dump) => self.shared.prefixes.dump(out),
+            StatsGroup::Detail(DetailOp::Dump) => self.dump_detail(out),
             StatsGroup::Slabs => crate::ops::stats::slabs(self.shared, out),
             // Over UDP (the only way here: `Conn::step` answers it on a connection,
             // which knows its descriptor), no connection is the one asking.
@@ -755,40 +627,6 @@ pub struct StoreRequest<'a> {
     pub hashed: Option<(KeyHash, Peeked)>,
 }
 
-/// Lookups of one retrieval command, added to the worker's counters at once.
-#[derive(Default)]
-struct GetTally {
-    hits: u64,
-    /// Every lookup that was not a hit, the expired and flushed included.
-    misses: u64,
-    expired: u64,
-    flushed: u64,
-}
-
-impl GetTally {
-    /// `cmd_get`/`get_hits`/`get_misses`, or the `touch` ones for `gat`/`gats`
-    /// (whose expired and flushed misses memcached still counts as `get_*`).
-    // Four counter bumps: inlined at every call site (a call of its own cost a single
-    // get about 13 instructions when `Conn::step` grew and LLVM stopped inlining it).
-    #[inline(always)]
-    fn add_to(&self, stats: &WorkerStats, touch: bool) {
-        let (cmd, hits, missed) = if touch {
-            (&stats.cmd_touch, &stats.touch_hits, &stats.touch_misses)
-        } else {
-            (&stats.cmd_get, &stats.get_hits, &stats.get_misses)
-        };
-        bump(cmd, self.hits + self.misses);
-        bump(hits, self.hits);
-        bump(missed, self.misses);
-        if self.expired != 0 {
-            bump(&stats.get_expired, self.expired);
-        }
-        if self.flushed != 0 {
-            bump(&stats.get_flushed, self.flushed);
-        }
-    }
-}
-
 /// Keys a multi-get prefetches together: each stage issues this many misses back to
 /// back, enough to cover a memory access and within a core's queue of misses.
 const CHUNK: usize = 2 * PREFETCH_DISTANCE;
@@ -837,7 +675,7 @@ impl<'a> Chunk<'a> {
 
     /// Parse and prefetch the next chunk of keys; false when none are left.
     #[inline]
-    fn fill(&mut self, store: &'a Store) -> bool {
+    fn fill(&mut self, exec: &Exec<'a>) -> bool {
         // The cursor and count in locals, so that they stay in registers.
         let mut keys = self.keys.clone();
         let mut n = 0;
@@ -850,8 +688,8 @@ impl<'a> Chunk<'a> {
             let mut hash = KeyHash::default();
             let mut at = Located::NONE;
             if key.len() <= MAX_KEY_LEN {
-                hash = store.hash(key);
-                at = store.locate(hash);
+                hash = exec.hash(key);
+                at = exec.locate(hash);
             }
             p.key = key;
             p.end = end;
@@ -863,7 +701,7 @@ impl<'a> Chunk<'a> {
         self.len = n;
         for p in &mut self.parsed[..n] {
             // A key too long to look up has nothing located, so its peek finds nothing.
-            p.peeked = store.prefetch_located(p.at, p.hash, p.key.len());
+            p.peeked = exec.prefetch_located(p.at, p.hash, p.key.len());
         }
         n > 0
     }

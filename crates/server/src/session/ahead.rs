@@ -22,9 +22,9 @@
 
 use protocol::fast::parse_fast;
 use protocol::text::{GetCommand, Request, StoreCommand, MAX_KEY_LEN};
-use storage::{KeyHash, Peeked, Store};
+use storage::{KeyHash, Peeked};
 
-use crate::ops::memcached_item_fits;
+use crate::ops::{memcached_item_fits, Exec};
 
 /// Requests parsed ahead at most: their misses overlap, and sixteen misses (bucket and
 /// record of each) fit a core's queue of outstanding misses.
@@ -178,7 +178,7 @@ impl Ahead {
     /// first request, which the caller runs now; `None` when nothing was queued.
     pub fn fill(
         &mut self,
-        store: &Store,
+        exec: &Exec<'_>,
         input: &[u8],
         base: usize,
         first_key: &[u8],
@@ -187,8 +187,8 @@ impl Ahead {
     ) -> Option<(KeyHash, Peeked)> {
         self.clear();
         // Stage 1 as each request is parsed: hash the key, prefetch lock word and bucket.
-        let hash = store.hash(first_key);
-        store.prefetch_index(hash);
+        let hash = exec.hash(first_key);
+        exec.prefetch_index(hash);
         self.items[0] = Item {
             start: base,
             key_len: first_key.len() as u32,
@@ -207,8 +207,8 @@ impl Ahead {
                 break;
             };
             let key_at = item.key_at as usize;
-            let hash = store.hash(&rest[key_at..key_at + item.key_len as usize]);
-            store.prefetch_index(hash);
+            let hash = exec.hash(&rest[key_at..key_at + item.key_len as usize]);
+            exec.prefetch_index(hash);
             self.items[n] = Item {
                 start: base + at,
                 hash,
@@ -223,7 +223,7 @@ impl Ahead {
         // Stage 2, once the first buckets have had time to arrive: find each key's
         // entry without the lock and prefetch its record.
         for item in &mut self.items[..n] {
-            item.peeked = store.prefetch_record(item.hash, item.key_len as usize);
+            item.peeked = exec.prefetch_record(item.hash, item.key_len as usize);
         }
         // The first runs now; the rest wait in the queue.
         self.head = 1;
@@ -276,11 +276,17 @@ mod tests {
 
     #[test]
     fn fill_queues_what_follows_and_take_checks_the_position() {
-        let store = Store::builder().build().unwrap();
+        let shared = crate::state::Shared::from_args(["ferrocache", "-t", "1"]).unwrap();
+        let exec = Exec {
+            shared: &shared,
+            stats: shared.worker_stats(0),
+            sink: crate::reply::Sink::COPY,
+        };
+        let store = &exec;
         let input = b"get a\r\nset b 0 0 1\r\nx\r\nget c\r\ndelete d\r\nget e\r\n";
         let (key, len) = (&input[4..5], 7);
         let mut ahead = Ahead::default();
-        let (h, _) = ahead.fill(&store, input, 100, key, len, 1 << 20).unwrap();
+        let (h, _) = ahead.fill(store, input, 100, key, len, 1 << 20).unwrap();
         assert_eq!(h, store.hash(b"a"));
         // `delete` is not a fast-path request: the batch stops before it.
         let i = ahead.take(107).unwrap();
@@ -291,13 +297,13 @@ mod tests {
         assert_eq!((c.hash, c.total), (store.hash(b"c"), 7));
         assert!(ahead.take(130).is_none(), "queue empty");
         // A position the queue does not expect clears it.
-        ahead.fill(&store, input, 0, key, len, 1 << 20).unwrap();
+        ahead.fill(store, input, 0, key, len, 1 << 20).unwrap();
         assert!(ahead.take(1).is_none());
         assert!(ahead.take(7).is_none(), "cleared");
         // One request alone is not queued.
         let alone = b"get a\r\nge";
         assert!(ahead
-            .fill(&store, alone, 0, &alone[4..5], 7, 1 << 20)
+            .fill(store, alone, 0, &alone[4..5], 7, 1 << 20)
             .is_none());
         assert!(ahead.take(7).is_none());
     }

@@ -32,7 +32,6 @@ use crate::proto::text::StoreRequest;
 use crate::proto::Flow;
 use crate::reply::splice::{Output, Splices};
 use crate::session::ahead::{Ahead, Kind};
-use crate::stats::bump;
 
 /// Smallest free space offered to a read.
 const READ_CHUNK_BYTES: usize = 16 * 1024;
@@ -513,7 +512,7 @@ impl Conn {
             let hashed = if batch && g.next < input.len() {
                 let item_size_max = exec.shared.settings.memcached_item_limit();
                 self.ahead
-                    .fill(exec.store(), input, self.rpos, key, g.next, item_size_max)
+                    .fill(exec, input, self.rpos, key, g.next, item_size_max)
             } else {
                 None
             };
@@ -600,7 +599,7 @@ impl Conn {
             }
             let hashed = if batch && total < input.len() {
                 self.ahead
-                    .fill(exec.store(), input, self.rpos, key, total, item_size_max)
+                    .fill(exec, input, self.rpos, key, total, item_size_max)
             } else {
                 None
             };
@@ -829,10 +828,7 @@ impl Conn {
                 self.auth_reply_at = Some(self.wbuf.len());
                 self.wbuf.extend_from_slice(reply);
                 if checked {
-                    bump(&exec.stats.auth_cmds, 1);
-                    if !ok {
-                        bump(&exec.stats.auth_errors, 1);
-                    }
+                    exec.count_auth(ok);
                 }
                 if ok {
                     self.mode = Mode::Text;
