@@ -1,8 +1,9 @@
 //! The I/O layer: everything that touches a socket or a thread.
 //!
 //! - [`serve`]: start-up, from parsed settings to a running server.
-//! - [`epoll`]: worker threads on epoll, the signal, maintenance and crawler threads;
-//!   [`uring`]: the same worker on one io_uring (`--io-backend=uring`).
+//! - [`launch`]: the listeners, the worker threads, the signal, maintenance and
+//!   crawler threads. [`epoll`]: a worker on epoll; [`uring`]: the same worker on one
+//!   io_uring (`--io-backend=uring`); [`worker`]: what the two share.
 //! - [`net`]: TCP and UNIX listeners and streams; [`udp`]: memcached's UDP framing.
 //! - [`spin`]: adaptive busy polling.
 //!
@@ -10,10 +11,12 @@
 //! none of them parses.
 
 pub mod epoll;
+pub mod launch;
 pub mod net;
 pub mod spin;
 pub mod udp;
 pub mod uring;
+pub mod worker;
 
 use std::sync::Arc;
 
@@ -76,7 +79,7 @@ pub fn serve(mut settings: Settings) -> Result<()> {
             .with_context(|| format!("writing pid file {path}"))?;
     }
     let shared = Arc::new(Shared::new(settings, store)?);
-    let served = epoll::run(shared.clone());
+    let served = launch::run(shared.clone());
     // Also when binding failed: a pid file must not outlive its process.
     if let Some(path) = &shared.settings.pidfile {
         let _ = std::fs::remove_file(path);

@@ -38,7 +38,7 @@ use ring::{Config, Event, Ring};
 use socket2::SockRef;
 
 use crate::config::IoBackend;
-use crate::io::epoll::{admit, clear_wake, IdleScan, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS};
+use crate::io::worker::{admit, clear_wake, IdleScan, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS};
 use crate::io::net::Listener;
 use crate::io::spin::AdaptiveSpin;
 use crate::io::udp::UdpEndpoint;

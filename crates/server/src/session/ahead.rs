@@ -15,7 +15,7 @@
 //! hashing again.
 //!
 //! Items hold offsets into the connection's input buffer, valid only while it is not
-//! compacted: the queue lives for one [`crate::session::conn::Conn::process`] call, which reads
+//! compacted: the queue lives for one `Conn::process` call, which reads
 //! no socket bytes. A peek taken ahead may be stale by the time its request runs (an
 //! earlier request of the batch stored the same key): the lookup checks it under the
 //! lock and searches the bucket when it no longer holds, as for any peek.

@@ -1,0 +1,223 @@
+//! Start-up of the serving threads: bind every worker's listeners, start the
+//! workers (io_uring or epoll), the maintenance and crawler threads, then wait for a
+//! shutdown signal and drain.
+//!
+//! ```text
+//!   signal thread ── sigwait(SIGINT/SIGTERM) ──> shutting_down + wake workers
+//!   maintenance   ── every second: clock tick, expired-item sweep
+//!   worker 0..N   ── own event loop, own SO_REUSEPORT listener per address,
+//!                    own connections; the kernel spreads accepts over them
+//! ```
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use socket2::{Protocol, Type};
+
+use crate::config::IoBackend;
+use crate::io::epoll::Worker;
+use crate::io::net::{bind_tcp, bind_unix, Listener};
+use crate::io::udp::{bind_udp, UdpEndpoint};
+use crate::state::Shared;
+
+/// Resolve `-l` entries with the port into socket addresses.
+fn listen_addrs(shared: &Shared) -> Result<Vec<SocketAddr>> {
+    let mut addrs = Vec::new();
+    for host in &shared.settings.listen {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let found = (host, shared.settings.port)
+            .to_socket_addrs()
+            .with_context(|| format!("failed to resolve listen address {host}"))?;
+        addrs.extend(found);
+    }
+    if addrs.is_empty() {
+        bail!("no listen address");
+    }
+    Ok(addrs)
+}
+
+/// Bind every worker's listeners: with `-s`, one UNIX socket shared by all
+/// workers and no network; otherwise one TCP listener per worker per `-l`
+/// address, with `SO_REUSEPORT`. With port 0 the first bind picks the port
+/// and the rest reuse it.
+fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint>)>> {
+    let settings = &shared.settings;
+    let mut per_worker: Vec<(Vec<Listener>, Vec<UdpEndpoint>)> = (0..settings.threads)
+        .map(|_| (Vec::new(), Vec::new()))
+        .collect();
+    if let Some(path) = &settings.unix_socket {
+        let first = Listener::Unix(bind_unix(path, settings.unix_mask, settings.backlog)?);
+        for (listeners, _) in per_worker.iter_mut().skip(1) {
+            listeners.push(first.try_clone_unix()?);
+        }
+        per_worker[0].0.push(first);
+        if settings.verbose > 0 {
+            eprintln!("ferrocache: listening on {path}");
+        }
+        return Ok(per_worker);
+    }
+    for base in listen_addrs(shared)? {
+        if settings.port != 0 {
+            let mut addr = base;
+            if addr.port() != 0 {
+                crate::io::net::refuse_taken_port(addr, Type::STREAM, Protocol::TCP, "TCP")?;
+            }
+            for (listeners, _) in per_worker.iter_mut() {
+                let l = bind_tcp(addr, settings.backlog)?;
+                if addr.port() == 0 {
+                    addr.set_port(l.local_addr()?.port());
+                }
+                listeners.push(Listener::Tcp(l));
+            }
+            if settings.pin {
+                if let Some(Listener::Tcp(first)) = per_worker[0].0.last() {
+                    let workers = settings.threads as u32;
+                    if let Err(e) =
+                        crate::sys::attach_reuseport_cpu_steering(first.as_raw_fd(), workers)
+                    {
+                        eprintln!("ferrocache: CPU steering unavailable ({e}); the kernel will hash connections");
+                    }
+                }
+            }
+            if settings.verbose > 0 {
+                eprintln!("ferrocache: listening on {addr} (TCP)");
+            }
+        }
+        if settings.udp_port != 0 {
+            let mut addr = base;
+            addr.set_port(settings.udp_port);
+            crate::io::net::refuse_taken_port(addr, Type::DGRAM, Protocol::UDP, "UDP")?;
+            for (_, udp) in per_worker.iter_mut() {
+                udp.push(UdpEndpoint::new(bind_udp(addr)?));
+            }
+            if settings.verbose > 0 {
+                eprintln!("ferrocache: listening on {addr} (UDP)");
+            }
+        }
+    }
+    Ok(per_worker)
+}
+
+/// Start every thread and serve until a shutdown signal.
+pub fn run(shared: Arc<Shared>) -> Result<()> {
+    crate::sys::block_shutdown_signals().context("blocking signals")?;
+
+    let per_worker = bind_listeners(&shared)?;
+    if let Some(user) = &shared.settings.user {
+        crate::sys::drop_privileges(user).context("dropping privileges")?;
+    }
+
+    let backend = shared.settings.io_backend;
+    let mut wakers = Vec::new();
+    let mut handles = Vec::new();
+    for (id, (listeners, udp)) in per_worker.into_iter().enumerate() {
+        let stats = shared.worker_stats(id).clone();
+        let wake = Arc::new(File::from(
+            crate::sys::eventfd().context("creating a wake-up eventfd")?,
+        ));
+        wakers.push(wake.clone());
+        let shared = shared.clone();
+        let pin = shared
+            .settings
+            .pin
+            .then(|| id % crate::sys::available_cpus());
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("worker-{id}"))
+                .spawn(move || {
+                    if let Some(cpu) = pin {
+                        if let Err(e) = crate::sys::pin_current_thread(cpu) {
+                            eprintln!("ferrocache: cannot pin worker {id} to CPU {cpu}: {e}");
+                        }
+                    }
+                    // The ring is created on the thread that uses it (it is
+                    // set up single-issuer).
+                    let (listeners, udp) = if backend == IoBackend::Uring {
+                        match crate::io::uring::UringWorker::new(
+                            listeners,
+                            udp,
+                            shared.clone(),
+                            stats.clone(),
+                            wake.clone(),
+                        ) {
+                            Ok(worker) => return worker.run(),
+                            Err((e, listeners, udp)) => {
+                                eprintln!("ferrocache: worker {id}: io_uring setup failed ({e}); this worker uses epoll");
+                                (listeners, udp)
+                            }
+                        }
+                    } else {
+                        (listeners, udp)
+                    };
+                    match Worker::new(listeners, udp, shared, stats, wake) {
+                        Ok(mut worker) => worker.run(),
+                        Err(e) => eprintln!("ferrocache: worker {id} cannot start: {e:#}"),
+                    }
+                })?,
+        );
+    }
+
+    let maintenance = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("maintenance".into())
+            .spawn(move || maintenance_loop(&shared))?
+    };
+    let crawler = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("crawler".into())
+            .spawn(move || {
+                crate::admin::crawler::crawler_loop(
+                    &shared.crawler,
+                    &shared.store,
+                    &shared.clock,
+                    &shared.shutting_down,
+                )
+            })?
+    };
+
+    let sig = crate::sys::wait_for_shutdown_signal();
+    if shared.settings.verbose > 0 {
+        eprintln!("ferrocache: signal {sig} received, shutting down");
+    }
+    shared.shutting_down.store(true, Ordering::SeqCst);
+    for w in &wakers {
+        let _ = (&**w).write(&1u64.to_ne_bytes());
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+    let _ = maintenance.join();
+    shared.crawler.wake_for_shutdown();
+    let _ = crawler.join();
+    Ok(())
+}
+
+/// Once a second: advance the clock and, while the LRU crawler is enabled (see
+/// `crawler.rs`), reclaim some expired items.
+fn maintenance_loop(shared: &Shared) {
+    const SWEEP_ITEMS_PER_TICK: usize = 100_000;
+    while !shared.shutting_down.load(Ordering::Relaxed) {
+        // Sleep in short steps so shutdown is prompt.
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_millis(100));
+            if shared.shutting_down.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+        shared.clock.tick();
+        if shared.crawler.enabled() {
+            let swept = shared
+                .store
+                .sweep_expired(shared.clock.now(), SWEEP_ITEMS_PER_TICK);
+            shared.crawler.record(swept);
+        }
+    }
+}
