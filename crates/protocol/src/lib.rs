@@ -19,6 +19,8 @@
 //! - [`reply`]: server side reply composition for the hot path (`VALUE`
 //!   lines, numbers written in place).
 //! - [`binary`]: the binary protocol's header and opcodes.
+//! - [`reply_stream`]: client side framing of a reply stream (lines, data
+//!   blocks, limits, errors), shared by the two reply parsers below.
 //! - [`client`]: client side of the text protocol. Composes requests and
 //!   parses replies; used by ferrobench and by tests.
 //! - [`meta_client`]: client side of the meta protocol as ferrobench speaks it
@@ -26,7 +28,7 @@
 //!
 //! Items keep the paths callers have always used: [`text`] re-exports the
 //! request types and the lexing helpers, [`fast`] the scans, [`meta`] the meta
-//! request types and base64.
+//! request types and base64, [`client`] the reply stream's error and limits.
 //!
 //! Nothing here owns a socket or reads a clock: callers feed bytes in and
 //! take parsed values out, so every behaviour is a plain unit test.
@@ -39,6 +41,7 @@ pub mod lex;
 pub mod meta;
 pub mod meta_client;
 pub mod reply;
+pub mod reply_stream;
 pub mod request;
 pub mod scan;
 pub mod text;
