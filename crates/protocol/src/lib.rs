@@ -18,7 +18,8 @@
 //!   `set`), which give exactly what the text parser would, or decline.
 //! - [`reply`]: server side reply composition for the hot path (`VALUE`
 //!   lines, numbers written in place).
-//! - [`binary`]: the binary protocol's header and opcodes.
+//! - [`binary`]: the binary protocol's header, opcodes and status codes, and
+//!   the server side request decoder.
 //! - [`reply_stream`]: client side framing of a reply stream (lines, data
 //!   blocks, limits, errors), shared by the two reply parsers below.
 //! - [`client`]: client side of the text protocol. Composes requests and
