@@ -17,182 +17,23 @@
 //! Two errors are *not* decided here because memcached reports them only
 //! after it has acted on the cache: an opaque over 31 bytes in `mg` and `ma`
 //! (the executor stops at that token, as memcached does).
+//!
+//! The parsed form, [`MetaRequest`], lives with the other request types in
+//! [`crate::request`]; it and memcached's base64 are re-exported here.
 
-use crate::text::{
-    safe_strtol, safe_strtoul, safe_strtoull, ErrorReply, Request, Tokens, MAX_KEY_LEN,
+pub use crate::base64::{base64_decode, base64_encode};
+pub use crate::request::meta::{
+    MetaCommand, MetaError, MetaOptions, MetaRequest, SetMode, MAX_BINARY_KEY_LEN,
 };
+
+use crate::lex::{safe_strtol, safe_strtoul, safe_strtoull, Tokens};
+use crate::request::{ErrorReply, Request, MAX_KEY_LEN};
 
 /// memcached's `MFLAG_MAX_OPT_LENGTH`: more tokens than this (counting the
 /// command, the key and memcached's terminal token) are refused.
 pub const MAX_META_TOKENS: usize = 20;
 /// memcached's `MFLAG_MAX_OPAQUE_LENGTH`: longest `O` token, letter included.
 pub const MAX_OPAQUE_TOKEN_LEN: usize = 32;
-/// Longest decoded base64 key (3/4 of [`MAX_KEY_LEN`]).
-pub const MAX_BINARY_KEY_LEN: usize = MAX_KEY_LEN / 4 * 3;
-
-/// The meta commands that carry a key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MetaCommand {
-    Get,
-    Set,
-    Delete,
-    Arithmetic,
-    Debug,
-}
-
-/// A reply decided while parsing a meta command line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MetaError {
-    /// `CLIENT_ERROR bad command line format`
-    BadFormat,
-    /// `CLIENT_ERROR options flags are too long` (`mg` only)
-    GetOptionsTooLong,
-    /// `CLIENT_ERROR options flags too long` (`ms md ma`)
-    OptionsTooLong,
-    /// `CLIENT_ERROR duplicate flag` (also any flag byte >= 127)
-    DuplicateFlag,
-    /// `CLIENT_ERROR invalid flag`
-    InvalidFlag,
-    /// `CLIENT_ERROR bad token in command line format`
-    BadToken,
-    /// `CLIENT_ERROR error decoding key`
-    KeyDecode,
-    /// `CLIENT_ERROR incorrect length for M token`
-    ModeLength,
-    /// `CLIENT_ERROR invalid numeric initial value`
-    InitialValue,
-    /// `CLIENT_ERROR invalid numeric delta value`
-    DeltaValue,
-    /// `CLIENT_ERROR invalid or duplicate flag`: `md` and `ma` replace every
-    /// flag error with this one.
-    InvalidOrDuplicate,
-    /// `CLIENT_ERROR invalid mode for ms M token`
-    SetMode,
-    /// `CLIENT_ERROR invalid mode for ma M token`
-    ArithMode,
-    /// `CLIENT_ERROR opaque token too long`
-    OpaqueTooLong,
-}
-
-impl MetaError {
-    /// The reply line, terminator included.
-    #[must_use]
-    pub fn bytes(self) -> &'static [u8] {
-        match self {
-            MetaError::BadFormat => b"CLIENT_ERROR bad command line format\r\n",
-            MetaError::GetOptionsTooLong => b"CLIENT_ERROR options flags are too long\r\n",
-            MetaError::OptionsTooLong => b"CLIENT_ERROR options flags too long\r\n",
-            MetaError::DuplicateFlag => b"CLIENT_ERROR duplicate flag\r\n",
-            MetaError::InvalidFlag => b"CLIENT_ERROR invalid flag\r\n",
-            MetaError::BadToken => b"CLIENT_ERROR bad token in command line format\r\n",
-            MetaError::KeyDecode => b"CLIENT_ERROR error decoding key\r\n",
-            MetaError::ModeLength => b"CLIENT_ERROR incorrect length for M token\r\n",
-            MetaError::InitialValue => b"CLIENT_ERROR invalid numeric initial value\r\n",
-            MetaError::DeltaValue => b"CLIENT_ERROR invalid numeric delta value\r\n",
-            MetaError::InvalidOrDuplicate => b"CLIENT_ERROR invalid or duplicate flag\r\n",
-            MetaError::SetMode => b"CLIENT_ERROR invalid mode for ms M token\r\n",
-            MetaError::ArithMode => b"CLIENT_ERROR invalid mode for ma M token\r\n",
-            MetaError::OpaqueTooLong => b"CLIENT_ERROR opaque token too long\r\n",
-        }
-    }
-}
-
-/// `ms` modes (`M` flag), already combined with `C` as memcached does:
-/// a compare-and-swap value turns set and replace into [`SetMode::Cas`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SetMode {
-    Set,
-    /// `ME`: add (a `C` value is ignored).
-    Add,
-    /// `MA`: append (a `C` value other than 0 must match).
-    Append,
-    /// `MP`: prepend (as append).
-    Prepend,
-    /// `MR` without `C`.
-    Replace,
-    /// `MS` or `MR` with `C`.
-    Cas,
-}
-
-/// The values carried by a meta command's flags (memcached's `_meta_flags`).
-/// Time values are raw client exptimes; the server converts them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MetaOptions {
-    /// `b`: the key is base64.
-    pub base64: bool,
-    /// `v`: return the value.
-    pub value: bool,
-    /// `q`: suppress the nominal reply.
-    pub quiet: bool,
-    /// `u`: do not bump the item (no fetched mark, no access time).
-    pub no_update: bool,
-    /// `h`, `l`, `T`, `N` or `R`: memcached fetches under the item lock and
-    /// bumps the item only after composing the reply.
-    pub locked: bool,
-    /// `N<ttl>`: vivify on miss.
-    pub vivify: Option<i32>,
-    /// `T<ttl>`: new TTL.
-    pub ttl: Option<i32>,
-    /// `R<ttl>`: recache threshold.
-    pub recache: Option<i32>,
-    /// `F<flags>`
-    pub client_flags: u32,
-    /// `C<cas>`
-    pub cas: Option<u64>,
-    /// `M<mode>`: the mode byte.
-    pub mode: Option<u8>,
-    /// `J<initial>` (ma), 0 by default.
-    pub initial: u64,
-    /// `D<delta>` (ma), 1 by default.
-    pub delta: u64,
-    /// `I`: invalidate (md) / store stale on an older CAS (ms).
-    pub invalidate: bool,
-}
-
-/// One parsed meta request.
-#[derive(Clone, Debug)]
-pub struct MetaRequest<'a> {
-    pub command: MetaCommand,
-    pub line: &'a [u8],
-    /// The key token as sent (base64 text when `options.base64`).
-    pub key: &'a [u8],
-    pub options: MetaOptions,
-    /// The reply memcached gives instead of acting, if any.
-    pub error: Option<MetaError>,
-    /// `ms`: the data block length (set once the length token parsed, even
-    /// when a later flag is bad: memcached then swallows the block).
-    pub data_len: Option<usize>,
-    /// `ms`: the mode, combined with `C`.
-    pub set_mode: SetMode,
-    /// `ma`: increment (false: decrement).
-    pub incr: bool,
-    /// Where the flag tokens start in `line`.
-    flags_at: usize,
-}
-
-impl<'a> MetaRequest<'a> {
-    /// Length of the data block that follows the line (`ms` only).
-    #[must_use]
-    pub fn data_len(&self) -> Option<usize> {
-        self.data_len
-    }
-
-    /// The flag tokens, in the order sent (for composing return flags).
-    pub fn flags(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
-        let rest: &'a [u8] = &self.line[self.flags_at.min(self.line.len())..];
-        rest.split(|&b| b == b' ').filter(|t| !t.is_empty())
-    }
-
-    /// The key the cache sees, borrowing the line when it is not base64.
-    pub fn decoded_key<'b>(&'b self, buf: &'b mut [u8; MAX_BINARY_KEY_LEN]) -> &'b [u8] {
-        if self.options.base64 {
-            let n = base64_decode(self.key, buf).unwrap_or(0);
-            &buf[..n]
-        } else {
-            self.key
-        }
-    }
-}
 
 /// Parse a meta command line whose command token is `command`.
 #[must_use]
@@ -409,87 +250,6 @@ fn preparse(
     }
 }
 
-// ---------------------------------------------------------------------------
-// Base64, exactly as memcached's `base64.c` (Jouni Malinen's code).
-
-const BASE64_TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-fn base64_value(b: u8) -> Option<u8> {
-    match b {
-        b'A'..=b'Z' => Some(b - b'A'),
-        b'a'..=b'z' => Some(b - b'a' + 26),
-        b'0'..=b'9' => Some(b - b'0' + 52),
-        b'+' => Some(62),
-        b'/' => Some(63),
-        b'=' => Some(0),
-        _ => None,
-    }
-}
-
-/// memcached's `base64_decode`: bytes outside the alphabet are skipped; the
-/// alphabet count must be a non-zero multiple of 4; decoding stops after the
-/// first padded block. `None` where memcached returns 0 (failure).
-#[must_use]
-pub fn base64_decode(src: &[u8], out: &mut [u8]) -> Option<usize> {
-    let count = src.iter().filter(|&&b| base64_value(b).is_some()).count();
-    if count == 0 || count % 4 != 0 || count / 4 * 3 > out.len() {
-        return None;
-    }
-    let mut pos = 0;
-    let mut block = [0u8; 4];
-    let mut n = 0;
-    let mut pad = 0;
-    for &b in src {
-        let Some(v) = base64_value(b) else { continue };
-        if b == b'=' {
-            pad += 1;
-        }
-        block[n] = v;
-        n += 1;
-        if n == 4 {
-            out[pos] = (block[0] << 2) | (block[1] >> 4);
-            out[pos + 1] = (block[1] << 4) | (block[2] >> 2);
-            out[pos + 2] = (block[2] << 6) | block[3];
-            pos += 3;
-            n = 0;
-            if pad > 0 {
-                match pad {
-                    1 => pos -= 1,
-                    2 => pos -= 2,
-                    _ => return None,
-                }
-                break;
-            }
-        }
-    }
-    (pos > 0).then_some(pos)
-}
-
-/// memcached's `base64_encode` (no line breaks), appended to `out`.
-pub fn base64_encode(src: &[u8], out: &mut Vec<u8>) {
-    let mut chunks = src.chunks_exact(3);
-    for c in &mut chunks {
-        out.push(BASE64_TABLE[(c[0] >> 2) as usize]);
-        out.push(BASE64_TABLE[(((c[0] & 0x03) << 4) | (c[1] >> 4)) as usize]);
-        out.push(BASE64_TABLE[(((c[1] & 0x0f) << 2) | (c[2] >> 6)) as usize]);
-        out.push(BASE64_TABLE[(c[2] & 0x3f) as usize]);
-    }
-    match *chunks.remainder() {
-        [a] => {
-            out.push(BASE64_TABLE[(a >> 2) as usize]);
-            out.push(BASE64_TABLE[((a & 0x03) << 4) as usize]);
-            out.extend_from_slice(b"==");
-        }
-        [a, b] => {
-            out.push(BASE64_TABLE[(a >> 2) as usize]);
-            out.push(BASE64_TABLE[(((a & 0x03) << 4) | (b >> 4)) as usize]);
-            out.push(BASE64_TABLE[((b & 0x0f) << 2) as usize]);
-            out.push(b'=');
-        }
-        _ => {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -622,27 +382,5 @@ mod tests {
         assert_eq!(error("me k zzz"), None);
         assert_eq!(error("me k b"), Some(MetaError::BadFormat));
         assert!(meta("me azI= b").options.base64);
-    }
-
-    #[test]
-    fn base64_like_memcached() {
-        let mut buf = [0u8; 64];
-        assert_eq!(base64_decode(b"azI=", &mut buf), Some(2));
-        assert_eq!(&buf[..2], b"k2");
-        assert_eq!(base64_decode(b"ZA==", &mut buf), Some(1));
-        assert_eq!(base64_decode(b"k2", &mut buf), None);
-        assert_eq!(base64_decode(b"====", &mut buf), None);
-        assert_eq!(base64_decode(b"", &mut buf), None);
-        // Bytes outside the alphabet are skipped.
-        assert_eq!(base64_decode(b"a.z.I.=", &mut buf), Some(2));
-        let mut out = Vec::new();
-        base64_encode(b"k2", &mut out);
-        assert_eq!(out, b"azI=");
-        out.clear();
-        base64_encode(b"d", &mut out);
-        assert_eq!(out, b"ZA==");
-        out.clear();
-        base64_encode(b"abc", &mut out);
-        assert_eq!(out, b"YWJj");
     }
 }

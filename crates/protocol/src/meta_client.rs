@@ -7,12 +7,13 @@
 //!   replies   VA 3 ka\r\nxyz\r\n MN\r\n            (b missed: nothing for it)
 //! ```
 //!
-//! Parsing works as [`crate::client::parse_reply`] does: incremental, in place, byte
-//! ranges into the caller's buffer, `Ok(None)` until a reply is complete.
+//! Parsing works as [`crate::client::parse_reply`] does, on the same framing
+//! ([`crate::reply_stream`]): incremental, in place, byte ranges into the caller's
+//! buffer, `Ok(None)` until a reply is complete.
 
 use std::ops::Range;
 
-use crate::client::{self, ReplyError, MAX_VALUE_BYTES};
+use crate::reply_stream::{self, ReplyError, MAX_VALUE_BYTES};
 
 /// Appends `mg <key> k v q`: the value and the key, nothing on a miss.
 pub fn compose_get(out: &mut Vec<u8>, key: &[u8]) {
@@ -69,7 +70,7 @@ pub enum MetaReply {
 /// Parses one meta reply from `buf[pos..]`: the reply (ranges index `buf`) and the
 /// position just past it, or `Ok(None)` while it is incomplete.
 pub fn parse_reply(buf: &[u8], pos: usize) -> Result<Option<(MetaReply, usize)>, ReplyError> {
-    let Some((line, next)) = client::reply_line(buf, pos)? else {
+    let Some((line, next)) = reply_stream::reply_line(buf, pos)? else {
         return Ok(None);
     };
     // A two-letter status, alone or followed by flags.
@@ -87,10 +88,10 @@ pub fn parse_reply(buf: &[u8], pos: usize) -> Result<Option<(MetaReply, usize)>,
         b"MN" => MetaReply::Mn,
         _ if line == b"ERROR" => MetaReply::Error,
         _ if line.starts_with(b"CLIENT_ERROR") => {
-            MetaReply::ClientError(client::message(pos, line, 12))
+            MetaReply::ClientError(reply_stream::message(pos, line, 12))
         }
         _ if line.starts_with(b"SERVER_ERROR") => {
-            MetaReply::ServerError(client::message(pos, line, 12))
+            MetaReply::ServerError(reply_stream::message(pos, line, 12))
         }
         _ => {
             return Err(ReplyError::UnknownReply(
@@ -117,13 +118,13 @@ fn parse_value(
         })
         .filter(|(_, t)| !t.is_empty());
     let (_, len) = tokens.next().ok_or(ReplyError::BadValueHeader)?;
-    let len = client::parse_u64(len)
+    let len = reply_stream::parse_u64(len)
         .filter(|&n| n <= MAX_VALUE_BYTES as u64)
         .ok_or(ReplyError::BadValueHeader)?;
     let key = tokens
         .find(|(_, t)| t[0] == b'k')
         .map_or(pos..pos, |(at, t)| pos + at + 1..pos + at + t.len());
-    let Some(data) = client::data_block(buf, data_start, len as usize)? else {
+    let Some(data) = reply_stream::data_block(buf, data_start, len as usize)? else {
         return Ok(None);
     };
     let next = data.end + 2;

@@ -9,12 +9,12 @@
 //! A reply is sized first, the output buffer grows once, and every field is
 //! written at its offset. A chain of `extend_from_slice` calls would check the
 //! capacity and store the length once per field and call `memcpy` for each
-//! short field; numbers are written in place instead of through a formatting
-//! buffer. Measured with callgrind, that chain cost about 236 instructions per
-//! 20-byte `VALUE` reply, a bounds-checked safe version that zeroes the bytes
-//! first about 216, and this one about 126 (see `docs/benchmarks.md`).
+//! short field; a safe version that zeroes the bytes first still pays a bounds
+//! check per field and a write of every byte twice. Numbers are written in
+//! place instead of through a formatting buffer. `docs/benchmarks.md` has the
+//! measurements that chose this shape.
 //!
-//! With the SSE2 scans of `fast.rs`, this is the crate's `unsafe` code, a leaf: the
+//! With the SSE2 scans of `scan.rs`, this is the crate's `unsafe` code, a leaf: the
 //! writes go through a raw pointer into capacity reserved beforehand, and the length
 //! is set once at the end. Its tests run under Miri:
 //! `cargo +nightly miri test -p ferrocache-protocol --lib reply`.
@@ -90,7 +90,8 @@ static SMALL_MIDDLES: [u64; 100] = {
 /// ` <flags> <bytes>` as little-endian bytes of one word, and how many of its bytes
 /// belong (the rest are written over or left past the reply), when `flags < 10` and
 /// `bytes < 10_000`: the usual shape of a `VALUE` line, where writing the two numbers
-/// digit by digit was a third of the reply's instructions. `None` for other lines.
+/// digit by digit would cost more than the rest of the reply's head. `None` for other
+/// lines.
 ///
 /// Values under 100 bytes (the small items most gets return) take one table read of
 /// the whole word and its length; up to 9 999 bytes, two reads and a division by 100.

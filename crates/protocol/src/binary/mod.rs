@@ -1,4 +1,5 @@
-//! memcached's binary protocol: the 24-byte header, opcodes and status codes.
+//! memcached's binary protocol: the 24-byte header, opcodes and status codes,
+//! and the server side request decoder.
 //!
 //! Every request and response starts with the same fixed header, all fields
 //! big-endian, followed by a body of `extras | key | value`:
@@ -21,8 +22,13 @@
 //! ```
 //!
 //! Requests carry magic `0x80` and a vbucket id (ignored by memcached);
-//! responses carry magic `0x81` and a status code. This module only frames
-//! and composes; what each opcode does lives in the server.
+//! responses carry magic `0x81` and a status code. This module frames and
+//! composes packets, and decodes a request into its command and fields
+//! ([`decode_request`]); what each command does lives in the server.
+
+mod request;
+
+pub use request::{decode_request, BinaryRequest, Command, Decode, StoreKind};
 
 /// First byte of every binary request.
 pub const REQUEST_MAGIC: u8 = 0x80;
@@ -206,6 +212,13 @@ impl Header {
     #[must_use]
     pub fn extras_and_key_len(&self) -> usize {
         usize::from(self.extras_len) + usize::from(self.key_len)
+    }
+
+    /// Header, extras and key: the part of a request read before it is
+    /// dispatched.
+    #[must_use]
+    pub fn head_len(&self) -> usize {
+        HEADER_LEN + self.extras_and_key_len()
     }
 
     /// The value length (`body - extras - key`), `None` when the header
