@@ -20,7 +20,7 @@ use crate::item::{
     self, Header, NewItem, Prefix, MARK_ACCESSED, MARK_FETCHED, MAX_KEY_BYTES, MUT_LEN, MUT_START,
     PREFIX_BYTES,
 };
-use crate::pin::Origin;
+use crate::pin::{Origin, ValuePin, CLOSED};
 use crate::pool::{GroupSlot, PoolState, Reservation, SegmentMeta};
 use crate::segment;
 use crate::segment::{LargePageRegion, SegmentMem};
@@ -1579,6 +1579,73 @@ impl Store {
     }
 }
 
+// ---- value pins (see the `pin` module for the protocol) ----------------------------
+
+impl Store {
+    /// Pin the value of an item handed to a lookup's callback (its `origin` and `value`,
+    /// under its shard lock), so that its bytes can be read after the callback returns.
+    /// `None` when the item's segment is being evicted right now, or when the bytes do
+    /// not come from this store's segments: the caller copies the value instead.
+    pub fn pin(&self, origin: Origin, value: &[u8]) -> Option<ValuePin> {
+        let seg = origin.segment()?;
+        let meta = self.segments.get(seg as usize)?;
+        let off = meta.mem.offset_of(value)?;
+        let was = meta.pins.fetch_add(1, Ordering::Acquire);
+        if was & CLOSED != 0 {
+            meta.pins.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(ValuePin {
+            seg,
+            off: off as u32,
+            len: value.len() as u32,
+        })
+    }
+
+    /// The bytes of a pinned value.
+    #[inline]
+    pub fn pinned<'a>(&'a self, pin: &'a ValuePin) -> &'a [u8] {
+        // SAFETY: while `pin` lives, its segment's pin count is not zero, so no eviction,
+        // compaction, dead-segment reuse or in-place write touches the item's bytes (see
+        // the module docs); writers only append past them. The borrow cannot outlive the
+        // pin, because it borrows it.
+        unsafe { self.mem(pin.seg).bytes(pin.off as usize, pin.len as usize) }
+    }
+
+    /// Give a pin back.
+    #[inline]
+    pub fn unpin(&self, pin: ValuePin) {
+        self.segments[pin.seg as usize]
+            .pins
+            .fetch_sub(1, Ordering::Release);
+        std::mem::forget(pin);
+    }
+
+    /// Close segment `seg` to pins before walking it: false (and nothing changed) when
+    /// a pin is held, and the segment must be passed over.
+    pub(crate) fn close_to_pins(&self, seg: u32) -> bool {
+        self.segments[seg as usize]
+            .pins
+            .compare_exchange(0, CLOSED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Reopen a segment closed by [`Store::close_to_pins`] once its walk is over.
+    pub(crate) fn reopen_to_pins(&self, seg: u32) {
+        self.segments[seg as usize]
+            .pins
+            .fetch_and(!CLOSED, Ordering::Release);
+    }
+
+    /// Whether a reader holds a pin in segment `seg`. Exact only under a shard lock for
+    /// the items that shard indexes (pins are taken under it); a stale true only sends
+    /// the caller down a slower path.
+    #[inline]
+    pub(crate) fn has_pins(&self, seg: u32) -> bool {
+        self.segments[seg as usize].pinned()
+    }
+}
+
 /// What [`Store::do_incr_decr`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum DeltaResult {
@@ -2459,5 +2526,30 @@ mod tests {
         assert_eq!(s.stats().segments_total, 16);
         assert_eq!(s.shards.len(), 128);
         assert_eq!(s.stats().segments_used, 0, "segments are allocated lazily");
+    }
+
+    #[test]
+    fn a_closed_segment_refuses_pins_until_reopened() {
+        let s = Store::builder().memory_limit(2 << 20).build().unwrap();
+        let st = s.store(StoreMode::Set, b"k", 0, 0, b"some value", 1);
+        assert_eq!(st, StoreOutcome::Stored);
+        let pin_k = || {
+            s.get(b"k", 1, |it| s.pin(it.origin, it.value))
+                .hit()
+                .flatten()
+        };
+        let p = pin_k().expect("pinned");
+        assert_eq!(s.pinned(&p), b"some value");
+        let seg = p.seg;
+        assert!(s.has_pins(seg));
+        assert!(!s.close_to_pins(seg), "a pinned segment cannot be closed");
+        s.unpin(p);
+        assert!(!s.has_pins(seg));
+        assert!(s.close_to_pins(seg));
+        assert!(pin_k().is_none(), "closed: the caller copies instead");
+        assert!(!s.has_pins(seg), "the refused pin was given back");
+        s.reopen_to_pins(seg);
+        let p = pin_k().expect("pinned again");
+        s.unpin(p);
     }
 }
