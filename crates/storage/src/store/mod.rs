@@ -20,8 +20,8 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::index::{unpack, Hint, ShardRef, ShardSlot, ShardStats};
-use crate::item::{self, Header, Prefix, MAX_KEY_BYTES, PREFIX_BYTES};
+use crate::index::{unpack, Hint, LockHeld, ShardRef, ShardSlot, ShardStats};
+use crate::item::{self, Header, MAX_KEY_BYTES};
 use crate::pin::{Origin, ValuePin, CLOSED};
 use crate::pool::{GroupSlot, PoolState, SegmentMeta};
 use crate::segment::{LargePageRegion, SegmentMem};
@@ -301,12 +301,8 @@ impl Store {
 
     /// Account for entry `e` having been removed from a locked shard.
     #[inline]
-    pub(crate) fn unlinked(&self, stats: &mut ShardStats, e: u64) {
-        let (seg, _) = unpack(e);
-        // SAFETY: called right after `e` was removed, still under the shard lock, so the
-        // item bytes are unchanged and its segment not reused (rule 2).
-        let len = Prefix::parse(unsafe { self.mem(seg).bytes(unpack(e).1 as usize, PREFIX_BYTES) })
-            .total_len();
+    pub(crate) fn unlinked(&self, held: &LockHeld, stats: &mut ShardStats, e: u64) {
+        let len = self.stored_len(held, e);
         self.unlinked_len(stats, e, len);
     }
 

@@ -2,11 +2,11 @@
 //! for a key's live record that every operation starts from.
 
 use super::{Liveness, Store, MAX_SHARDS};
-use crate::index::{hash_key, unpack, Located, Shard};
+use crate::index::{hash_key, unpack, Located, LockHeld, Shard, ShardStats};
 use crate::item::{self, Header, MARK_ACCESSED, MARK_FETCHED};
 use crate::pin::Origin;
 use crate::segment;
-use crate::table::{Cell, Peek};
+use crate::table::{Cell, IndexTable, Peek};
 use crate::{ItemRef, Lookup, RelTime};
 
 /// Keys between the stages of a prefetched multi-get ([`Store::prefetch_index`],
@@ -25,20 +25,12 @@ pub struct Peeked {
     pub(super) e: u64,
     /// The address of `e`'s record, carried to the locked lookup so that it does not
     /// look up the segment and check the record's bounds again (see
-    /// [`Store::record_at_if_key`]); null unless `cell` is a slot's.
+    /// [`Store::peeked_record_if_key`]); null unless `cell` is a slot's. It is `Send`
+    /// and `Sync` by the argument beside that accessor, in `record`.
     pub(super) rec: *const u8,
     /// [`Store::id`] of the store that peeked: a peek is trusted only by its own store.
     pub(super) store: u64,
 }
-
-// SAFETY: `rec` is an address, not a borrow: it is dereferenced only by the store that
-// made it (`store`), under the shard lock, once the entry it was computed from is found
-// still indexed (see `Store::find_live_record_from`). Sending or sharing the address
-// itself is harmless.
-unsafe impl Send for Peeked {}
-
-// SAFETY: as for `Send`.
-unsafe impl Sync for Peeked {}
 
 /// What a lookup does with the item it found, under the shard lock: copy the bytes out,
 /// nothing more.
@@ -261,18 +253,21 @@ impl Store {
         let h = h.0;
         const MARKS: u8 = MARK_FETCHED | MARK_ACCESSED;
         let mut shard = self.shard_for(h).lock();
-        let (e, hdr, mut bytes) = match self.find_live_record_from(&mut shard, h, key, peeked, now)
-        {
-            Ok(found) => found,
-            Err(miss) => return miss.map_never(),
-        };
+        let Shard {
+            table, stats, held, ..
+        } = &mut *shard;
+        let (e, hdr, mut bytes) =
+            match self.find_live_record_from(table, stats, held, h, key, peeked, now) {
+                Ok(found) => found,
+                Err(miss) => return miss.map_never(),
+            };
         // In steady state an item read before is marked already: then nothing is
         // written, and the record found by the lookup is the one handed to `f`.
         if hdr.mark & MARKS != MARKS || exptime.is_some() {
-            // SAFETY: we hold the lock of the shard indexing `e` (rule 2); the bytes
-            // `bytes` points at are not read again until it is re-borrowed here (only
-            // its length is passed).
-            bytes = unsafe { self.mark_read(e, exptime, bytes.len()) };
+            // The bytes `bytes` points at are not read again until it is re-borrowed here
+            // (only its length is passed): the window written needs `held` alone.
+            let len = bytes.len();
+            bytes = self.mark_read(held, e, exptime, len);
         }
         let origin = Origin::segment_id(unpack(e).0);
         // The key handed on is the caller's, equal to the stored one (the lookup compared
@@ -290,34 +285,6 @@ impl Store {
         Lookup::Hit(result)
     }
 
-    /// A get's writes to an item not marked read (or touched): the marks, and the new
-    /// exptime when given; returns the record again, `len` bytes as the lookup read it
-    /// (its prefix is not parsed a second time).
-    ///
-    /// Out of line: in steady state an item read before is marked already, and inlined
-    /// this cost a single get about 10 instructions of its own path. A pipelined get
-    /// after an overwrite comes here; it called `mut_window` and `item_bytes` before
-    /// (together about 60 instructions).
-    ///
-    /// # Safety
-    /// The caller holds the lock of the shard whose index holds `e`, holds no borrow of
-    /// its record, and `len` is the record's length.
-    #[cold]
-    #[inline(never)]
-    unsafe fn mark_read(&self, e: u64, exptime: Option<RelTime>, len: usize) -> &[u8] {
-        const MARKS: u8 = MARK_FETCHED | MARK_ACCESSED;
-        // SAFETY: forwarded from the caller (rule 2).
-        let w = unsafe { self.mut_window(e) };
-        item::set_mark(w, MARKS);
-        if let Some(t) = exptime {
-            item::set_exptime(w, t);
-        }
-        let (seg, off) = unpack(e);
-        // SAFETY: shard lock held (rule 2), so nobody writes the item; the window's
-        // borrow ended above, and the record is `len` bytes long.
-        unsafe { self.mem(seg).bytes(off as usize, len) }
-    }
-
     /// Find the live item for `key` in a locked shard. An expired or flushed item is
     /// unlinked on the way and reported as such.
     pub(crate) fn do_find_live(
@@ -327,59 +294,52 @@ impl Store {
         key: &[u8],
         now: RelTime,
     ) -> Result<(u64, Header), Lookup<std::convert::Infallible>> {
-        self.do_find_live_record(shard, h, key, now)
+        let Shard {
+            table, stats, held, ..
+        } = shard;
+        self.do_find_live_record(table, stats, held, h, key, now)
             .map(|(e, hdr, _)| (e, hdr))
     }
 
     /// [`Store::do_find_live`] that also returns the whole record of the live item, read
     /// once: the key comparison of the lookup borrows it, and the header is decoded
-    /// from the same borrow. The record is valid while the shard stays locked and
-    /// nothing writes the item; a caller that writes (through [`Store::mut_window`])
-    /// must not use it afterwards.
+    /// from the same borrow. The shard comes in its parts, so that the record borrows
+    /// only `held`: it is valid while the shard stays locked, and a caller that writes
+    /// the item (through [`Store::mut_window`], which borrows `held` mutably) cannot
+    /// use it afterwards.
     #[inline(always)]
-    pub(crate) fn do_find_live_record(
-        &self,
-        shard: &mut Shard,
+    pub(crate) fn do_find_live_record<'a>(
+        &'a self,
+        table: &mut IndexTable,
+        stats: &mut ShardStats,
+        held: &'a LockHeld,
         h: u64,
         key: &[u8],
         now: RelTime,
-    ) -> Result<(u64, Header, &[u8]), Lookup<std::convert::Infallible>> {
-        self.find_live_record_from(shard, h, key, Peeked::default(), now)
+    ) -> Result<(u64, Header, &'a [u8]), Lookup<std::convert::Infallible>> {
+        self.find_live_record_from(table, stats, held, h, key, Peeked::default(), now)
     }
 
     /// [`Store::do_find_live_record`] that first tries where `peeked` saw the key: if
     /// that slot still holds the same entry and its key is `key`, the bucket is not
     /// searched.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub(super) fn find_live_record_from(
-        &self,
-        shard: &mut Shard,
+    pub(super) fn find_live_record_from<'a>(
+        &'a self,
+        table: &mut IndexTable,
+        stats: &mut ShardStats,
+        held: &'a LockHeld,
         h: u64,
         key: &[u8],
         peeked: Peeked,
         now: RelTime,
-    ) -> Result<(u64, Header, &[u8]), Lookup<std::convert::Infallible>> {
-        let Shard { table, stats, .. } = shard;
-        let mut found = None;
-        let Peeked {
-            cell,
-            e,
-            rec,
-            store,
-        } = peeked;
-        // `holds_at` is false for the cells of `Peeked::NONE` and `MAYBE` (entry 0).
-        if store == self.id {
-            if let Some(pos) = table.holds_at(cell, e) {
-                // SAFETY: this store computed `rec` from `e` ([`Store::prefetch_record`]
-                // never hands out a null one for a slot's cell), and `e` is indexed in
-                // this locked shard.
-                found = unsafe { self.record_at_if_key(rec, key) }.map(|record| (pos, e, record));
-            }
-        }
+    ) -> Result<(u64, Header, &'a [u8]), Lookup<std::convert::Infallible>> {
+        let mut found = self.peeked_record_if_key(held, table, peeked, key);
         if found.is_none() {
             // A loop of our own over the candidates, so that the key comparison inlines.
             for (pos, e) in table.candidates(h) {
-                if let Some(record) = self.record_if_key(e, key) {
+                if let Some(record) = self.record_if_key(held, e, key) {
                     found = Some((pos, e, record));
                     break;
                 }
@@ -393,7 +353,7 @@ impl Store {
             Liveness::Live => Ok((e, hdr, record)),
             gone => {
                 table.remove(pos, h);
-                self.unlinked(stats, e);
+                self.unlinked(held, stats, e);
                 Err(if gone == Liveness::Expired {
                     Lookup::Expired
                 } else {

@@ -58,7 +58,7 @@ fn entry_of(s: &Store, key: &[u8]) -> Option<u64> {
     let shard = s.shard_for(h).lock();
     shard
         .table
-        .find_map(h, |e| s.key_eq(e, key).then_some(e))
+        .find_map(h, |e| s.key_eq(&shard.held, e, key).then_some(e))
         .map(|(_, e)| e)
 }
 

@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering;
 
 use super::{KeyHash, Liveness, Peeked, Store};
 use crate::arith;
-use crate::index::{hash_key, pack, unpack, Shard, ShardStats};
-use crate::item::{self, Header, NewItem, MARK_ACCESSED, MARK_FETCHED, MUT_LEN, MUT_START};
+use crate::index::{hash_key, pack, LockHeld, Shard, ShardStats};
+use crate::item::{self, Header, NewItem, MARK_ACCESSED, MARK_FETCHED};
 use crate::pool::Reservation;
 use crate::table::Entry;
 use crate::{ArithOutcome, RelTime, StoreMode, StoreOutcome};
@@ -123,9 +123,12 @@ impl Store {
         // arrive meanwhile, the new item replaces it below.
         if mode != StoreMode::Set || peeked.may_exist() {
             let mut shard = slot.lock();
+            let Shard {
+                table, stats, held, ..
+            } = &mut *shard;
             // The record borrow ends here: an overwrite writes the item's bytes.
             let live = self
-                .find_live_record_from(&mut shard, h, key, peeked, now)
+                .find_live_record_from(table, stats, held, h, key, peeked, now)
                 .ok()
                 .map(|(e, hd, _)| (e, hd));
             if let Some(refused) = condition_ext(mode, live.map(|(_, hd)| hd.cas), extra.invalidate)
@@ -140,21 +143,22 @@ impl Store {
                 }
             }
         }
-        let Some(r) = self.reserve(new.total_len(), now) else {
+        let Some(mut r) = self.reserve(new.total_len(), now) else {
             return (StoreOutcome::NoMemory, 0);
         };
         {
-            // SAFETY: the region is reserved for us and not yet published (rule 1).
-            let b = unsafe { self.region(r) };
+            let b = self.region(&mut r);
             let ko = new.write_header(b);
             copy_key(&mut b[ko..ko + key.len()], key);
             b[ko + key.len()..].copy_from_slice(value);
         }
         let mut shard = slot.lock();
-        let Shard { table, stats, .. } = &mut *shard;
+        let Shard {
+            table, stats, held, ..
+        } = &mut *shard;
         // The existing item, if any, with its header read from the record the key
         // comparison borrowed.
-        let found = table.find_map(h, |e| self.record_if_key(e, key).map(Header::parse));
+        let found = table.find_map(h, |e| self.record_if_key(held, e, key).map(Header::parse));
         let live = found
             .as_ref()
             .and_then(|(_, hd)| (self.liveness(hd, now) == Liveness::Live).then_some(*hd));
@@ -173,8 +177,8 @@ impl Store {
         let cas = self.next_cas();
         let new_e = pack(r.seg, r.off);
         {
-            // SAFETY: `r` is still unpublished and ours (rule 1); only its header window.
-            let w = unsafe { self.mut_window(new_e) };
+            // `r` is still unpublished and ours (rule 1); only its header window.
+            let w = self.reserved_window(&mut r);
             item::set_cas(w, cas);
         }
         match found {
@@ -183,10 +187,10 @@ impl Store {
                 self.unlinked_len(stats, old, hd.prefix.total_len());
             }
             None => {
-                table.insert_unique(h, new_e, |e| self.hash_entry(e));
+                table.insert_unique(h, new_e, |e| self.hash_entry(held, e));
             }
         }
-        self.published(stats, r);
+        self.published(stats, &r);
         let mut mark = if extra.key_binary {
             item::MARK_KEY_BINARY
         } else {
@@ -202,8 +206,8 @@ impl Store {
             mark |= item::MARK_STALE | (old.mark & item::MARK_TOKEN_SENT);
         }
         if mark != 0 || stale.is_some() {
-            // SAFETY: shard lock held and the item was just published under it (rule 2).
-            let w = unsafe { self.mut_window(pack(r.seg, r.off)) };
+            // The item was just published under the shard lock (rule 2).
+            let w = self.mut_window(held, pack(r.seg, r.off));
             item::set_mark(w, mark);
             if let Some(old) = stale {
                 item::set_exptime(w, old.exptime);
@@ -246,32 +250,21 @@ impl Store {
     ) -> Option<u64> {
         let stale = matches!(mode, StoreMode::Cas(want) if want != old.cas);
         let same_shape = old.prefix.vlen == new.vlen && old.prefix.has_flags == (new.flags != 0);
-        let (seg, off) = unpack(e);
         if !same_shape || stale || !self.evictions {
             return None;
         }
+        let Shard { stats, held, .. } = shard;
         // The segment found once for its pins, the value and the header window (three
-        // lookups with their bounds checks before).
-        let meta = &self.segments[seg as usize];
-        if meta.pinned() {
-            return None;
-        }
-        let mem = &meta.mem;
-        let value_at = off as usize + old.prefix.key_offset() + old.prefix.klen;
-        // SAFETY: the caller holds the shard lock of `e`, which is indexed and live, and no
-        // borrow of its record (rule 2); no pin is on its segment, checked under this lock,
-        // so no reader outside the lock is sending the value. The range is the value
-        // only: the prefix and key, which the evictor reads without the lock, are not
-        // written.
-        unsafe { mem.bytes_mut(value_at, new.vlen) }.copy_from_slice(value);
+        // lookups with their bounds checks before). `e` is indexed and live in the locked
+        // shard, and the caller holds no borrow of its record (rule 2).
+        let mut rec = self.unpinned(held, e)?;
+        let value_at = old.prefix.key_offset() + old.prefix.klen;
+        rec.value(value_at, new.vlen).copy_from_slice(value);
         if new.flags != 0 {
-            // SAFETY: as above, the four flag bytes after the fixed header.
-            let f = unsafe { mem.bytes_mut(off as usize + item::HEADER_BYTES, item::FLAGS_BYTES) };
-            f.copy_from_slice(&new.flags.to_le_bytes());
+            rec.flags().copy_from_slice(&new.flags.to_le_bytes());
         }
         let cas = self.next_cas();
-        // SAFETY: as above, the mutable header window (what `mut_window` borrows).
-        let w = unsafe { mem.bytes_mut(off as usize + MUT_START, MUT_LEN) };
+        let w = rec.window();
         let mark = if extra.key_binary {
             item::MARK_KEY_BINARY
         } else {
@@ -279,7 +272,7 @@ impl Store {
         };
         item::set_new_version(w, mark | MARK_ACCESSED, new.exptime, new.time, cas);
         // memcached links a new item: the item count grows, and the byte count stays.
-        shard.stats.total_items += 1;
+        stats.total_items += 1;
         Some(cas)
     }
 
@@ -319,12 +312,11 @@ impl Store {
                 time: now,
                 cas: 0,
             };
-            let Some(r) = self.reserve(new.total_len(), now) else {
+            let Some(mut r) = self.reserve(new.total_len(), now) else {
                 return (StoreOutcome::NotStored, 0);
             };
             let vo = {
-                // SAFETY: the region is reserved for us and not yet published (rule 1).
-                let b = unsafe { self.region(r) };
+                let b = self.region(&mut r);
                 let ko = new.write_header(b);
                 b[ko..ko + key.len()].copy_from_slice(key);
                 let vo = ko + key.len();
@@ -333,27 +325,33 @@ impl Store {
                 vo
             };
             let mut shard = slot.lock();
-            let Shard { table, stats, .. } = &mut *shard;
-            let entry = table.entry(h, |e| self.key_eq(e, key), |e| self.hash_entry(e));
-            if !self.unchanged(&entry, old_e, old.cas, now) {
+            let Shard {
+                table, stats, held, ..
+            } = &mut *shard;
+            let entry = table.entry(
+                h,
+                |e| self.key_eq(held, e, key),
+                |e| self.hash_entry(held, e),
+            );
+            if !self.unchanged(held, &entry, old_e, old.cas, now) {
                 // Changed (or expired) between our two looks: start again.
                 drop(shard);
                 self.abandon(r);
                 continue;
             }
             // A touch in between keeps the CAS id but may have moved the exptime.
-            self.copy_exptime(r, old_e);
+            self.copy_exptime(held, &mut r, old_e);
             {
-                // SAFETY: shard lock held, so the old item's bytes are stable (rule 2).
-                let old_bytes = unsafe { self.item_bytes(old_e) };
+                // Shard lock held, so the old item's bytes are stable (rule 2).
+                let old_bytes = self.item_bytes(held, old_e);
                 let old_value = &old_bytes[old_bytes.len() - old_vlen..];
-                // SAFETY: our own unpublished region (rule 1); it does not overlap the old
-                // item, which is published elsewhere.
-                let b = unsafe { self.region(r) };
+                // Our own unpublished region (rule 1); it does not overlap the old item,
+                // which is published elsewhere.
+                let b = self.region(&mut r);
                 let at = if append { vo } else { vo + data.len() };
                 b[at..at + old_vlen].copy_from_slice(old_value);
             }
-            let cas = self.publish(r, entry, stats);
+            let cas = self.publish(held, &mut r, entry, stats);
             drop(shard);
             self.release(r);
             return (StoreOutcome::Stored, cas);
@@ -364,13 +362,15 @@ impl Store {
     pub fn delete(&self, key: &[u8], now: RelTime) -> bool {
         let h = hash_key(self.seed, key);
         let mut shard = self.shard_for(h).lock();
-        let Shard { table, stats, .. } = &mut *shard;
-        let Some(o) = table.find_entry(h, |e| self.key_eq(e, key)) else {
+        let Shard {
+            table, stats, held, ..
+        } = &mut *shard;
+        let Some(o) = table.find_entry(h, |e| self.key_eq(held, e, key)) else {
             return false;
         };
-        let live = self.liveness(&self.header(o.get()), now) == Liveness::Live;
+        let live = self.liveness(&self.header(held, o.get()), now) == Liveness::Live;
         let old = o.remove();
-        self.unlinked(stats, old);
+        self.unlinked(held, stats, old);
         live
     }
 
@@ -380,8 +380,8 @@ impl Store {
         let mut shard = self.shard_for(h).lock();
         match self.do_find_live(&mut shard, h, key, now) {
             Ok((e, _)) => {
-                // SAFETY: shard lock held (rule 2); only the mutable window is borrowed.
-                let w = unsafe { self.mut_window(e) };
+                // Shard lock held (rule 2); only the mutable window is borrowed.
+                let w = self.mut_window(&mut shard.held, e);
                 item::set_exptime(w, exptime);
                 item::set_mark(w, MARK_FETCHED | MARK_ACCESSED);
                 true
@@ -430,8 +430,7 @@ impl Store {
                 return DeltaResult::CasMismatch;
             }
             let (value, digits) = {
-                // SAFETY: shard lock held (rule 2).
-                let bytes = unsafe { self.item_bytes(e) };
+                let bytes = self.item_bytes(&shard.held, e);
                 let old = &bytes[bytes.len() - vlen..];
                 let Some(n) = arith::parse_u64(old) else {
                     return DeltaResult::NonNumeric;
@@ -441,18 +440,18 @@ impl Store {
             };
             // memcached rewrites the number in place when it fits, padded with spaces.
             let padded = digits.len() <= vlen;
-            if padded && !self.has_pins(unpack(e).0) {
-                let (seg, off) = unpack(e);
+            // Shard lock held (rule 2); the value range is inside the item and no other
+            // borrow of it is alive. A pinned segment gets a new item (below).
+            let unpinned = if padded {
+                self.unpinned(&mut shard.held, e)
+            } else {
+                None
+            };
+            if let Some(mut rec) = unpinned {
                 let item_len = hdr.prefix.total_len();
-                // SAFETY: shard lock held (rule 2); the value range is inside the item and
-                // no other borrow of it is alive.
-                let v = unsafe {
-                    self.mem(seg)
-                        .bytes_mut(off as usize + item_len - vlen, vlen)
-                };
-                arith::write_in_place(v, digits);
-                // SAFETY: as above, the mutable header window only.
-                let w = unsafe { self.mut_window(e) };
+                arith::write_in_place(rec.value(item_len - vlen, vlen), digits);
+                // As above, the mutable header window only.
+                let w = self.mut_window(&mut shard.held, e);
                 let cas = self.next_cas();
                 item::set_cas(w, cas);
                 item::set_time(w, now);
@@ -478,35 +477,37 @@ impl Store {
                 time: now,
                 cas: 0,
             };
-            let Some(r) = self.reserve(new.total_len(), now) else {
+            let Some(mut r) = self.reserve(new.total_len(), now) else {
                 return DeltaResult::NoMemory;
             };
             {
-                // SAFETY: the region is reserved for us and not yet published (rule 1).
-                let b = unsafe { self.region(r) };
+                let b = self.region(&mut r);
                 let ko = new.write_header(b);
                 b[ko..ko + key.len()].copy_from_slice(key);
                 arith::write_in_place(&mut b[ko + key.len()..], digits);
             }
             let mut shard = slot.lock();
-            let Shard { table, stats, .. } = &mut *shard;
-            let entry = table.entry(h, |e| self.key_eq(e, key), |e| self.hash_entry(e));
-            if !self.unchanged(&entry, e, hdr.cas, now) {
+            let Shard {
+                table, stats, held, ..
+            } = &mut *shard;
+            let entry = table.entry(
+                h,
+                |e| self.key_eq(held, e, key),
+                |e| self.hash_entry(held, e),
+            );
+            if !self.unchanged(held, &entry, e, hdr.cas, now) {
                 drop(shard);
                 self.abandon(r);
                 continue;
             }
-            self.copy_exptime(r, e);
-            let exptime = self.header(e).exptime;
+            self.copy_exptime(held, &mut r, e);
+            let exptime = self.header(held, e).exptime;
             if let (true, Some(t)) = (padded, ttl) {
-                // SAFETY: `r` is still unpublished and ours (rule 1); only its header.
-                let w = unsafe {
-                    self.mem(r.seg)
-                        .bytes_mut(r.off as usize + MUT_START, MUT_LEN)
-                };
+                // `r` is still unpublished and ours (rule 1); only its header.
+                let w = self.reserved_window(&mut r);
                 item::set_exptime(w, t);
             }
-            let cas = self.publish(r, entry, stats);
+            let cas = self.publish(held, &mut r, entry, stats);
             drop(shard);
             self.release(r);
             return DeltaResult::Value {
@@ -531,10 +532,17 @@ impl Store {
 
     /// Under the shard lock: whether `entry` still holds the same live item version that
     /// was read before the lock was dropped (same location and same CAS id).
-    pub(crate) fn unchanged(&self, entry: &Entry<'_>, e: u64, cas: u64, now: RelTime) -> bool {
+    pub(crate) fn unchanged(
+        &self,
+        held: &LockHeld,
+        entry: &Entry<'_>,
+        e: u64,
+        cas: u64,
+        now: RelTime,
+    ) -> bool {
         match entry {
             Entry::Occupied(o) if o.get() == e => {
-                let cur = self.header(e);
+                let cur = self.header(held, e);
                 cur.cas == cas && self.liveness(&cur, now) == Liveness::Live
             }
             _ => false,
@@ -542,31 +550,32 @@ impl Store {
     }
 
     /// Under the shard lock: copy the current exptime of item `e` into reservation `r`.
-    pub(crate) fn copy_exptime(&self, r: Reservation, e: u64) {
-        let exptime = self.header(e).exptime;
-        // SAFETY: `r` is still unpublished and ours (rule 1); only its header window.
-        let w = unsafe {
-            self.mem(r.seg)
-                .bytes_mut(r.off as usize + MUT_START, MUT_LEN)
-        };
+    pub(crate) fn copy_exptime(&self, held: &LockHeld, r: &mut Reservation, e: u64) {
+        let exptime = self.header(held, e).exptime;
+        // `r` is still unpublished and ours (rule 1); only its header window.
+        let w = self.reserved_window(r);
         item::set_exptime(w, exptime);
     }
 
     /// Stamp a fresh CAS id on the written reservation `r` and point `entry` at it.
-    /// Runs under the shard lock; returns the CAS id.
-    pub(crate) fn publish(&self, r: Reservation, entry: Entry<'_>, stats: &mut ShardStats) -> u64 {
+    /// Runs under the shard lock; returns the CAS id. From here on `r`'s bytes are the
+    /// index's (rule 2): the writer only releases it.
+    pub(crate) fn publish(
+        &self,
+        held: &LockHeld,
+        r: &mut Reservation,
+        entry: Entry<'_>,
+        stats: &mut ShardStats,
+    ) -> u64 {
         let cas = self.next_cas();
-        // SAFETY: `r` is still unpublished and ours (rule 1); only its header window.
-        let w = unsafe {
-            self.mem(r.seg)
-                .bytes_mut(r.off as usize + MUT_START, MUT_LEN)
-        };
+        // `r` is still unpublished and ours (rule 1); only its header window.
+        let w = self.reserved_window(r);
         item::set_cas(w, cas);
         let new_e = pack(r.seg, r.off);
         match entry {
             Entry::Occupied(mut o) => {
                 let old = o.replace(new_e);
-                self.unlinked(stats, old);
+                self.unlinked(held, stats, old);
             }
             Entry::Vacant(v) => {
                 v.insert(new_e);
@@ -578,7 +587,7 @@ impl Store {
 
     /// Account for reservation `r` having been published in a locked shard.
     #[inline]
-    fn published(&self, stats: &mut ShardStats, r: Reservation) {
+    fn published(&self, stats: &mut ShardStats, r: &Reservation) {
         stats.curr_items += 1;
         stats.total_items += 1;
         stats.bytes += u64::from(r.len);
