@@ -26,10 +26,8 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::index::{pack, Shard, ShardStats};
-use crate::item::{
-    self, Header, Prefix, MARK_ACCESSED, MARK_FETCHED, MUT_LEN, MUT_START, PREFIX_BYTES,
-};
+use crate::index::{pack, LockHeld, Shard, ShardStats};
+use crate::item::{self, Header, MARK_ACCESSED, MARK_FETCHED};
 use crate::pool::{writer_id, Reservation};
 use crate::store::{Liveness, Store};
 use crate::table::IndexTable;
@@ -92,9 +90,10 @@ impl Store {
     }
 
     /// Turn an unpublished reservation into a padding record and release it.
-    pub(crate) fn abandon(&self, r: Reservation) {
-        // SAFETY: `r` is ours and unpublished (rule 1).
-        item::write_padding(unsafe { self.region(r) }, r.len as usize);
+    pub(crate) fn abandon(&self, mut r: Reservation) {
+        // `r` is ours and unpublished (rule 1).
+        let len = r.len as usize;
+        item::write_padding(self.region(&mut r), len);
         self.release(r);
     }
 
@@ -303,44 +302,29 @@ impl Store {
         keep_all: bool,
         now: RelTime,
     ) -> u32 {
-        let meta = &self.segments[seg as usize];
         // Writers that reserved space before the segment was sealed finish quickly: they
         // only need their own shard lock, and we hold none.
-        let mut spins = 0u32;
-        while meta.pending.load(Ordering::Acquire) != 0 {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-        let mem = &meta.mem;
-        let top = top as usize;
-        let (mut off, mut dest, mut kept) = (0usize, 0usize, 0usize);
-        while off < top {
-            // SAFETY: the segment is sealed and its writers are done, so we are its only
-            // writer; prefix and key are immutable and may be read without a lock (rule 3).
-            let p = Prefix::parse(unsafe { mem.bytes(off, PREFIX_BYTES) });
-            let len = p.total_len();
-            if p.is_padding() {
-                off += len;
-                continue;
-            }
-            // SAFETY: as above (rule 3). The borrow ends with the hash, before any move.
-            let h = crate::index::hash_key(self.seed, unsafe {
-                mem.bytes(off + p.key_offset(), p.klen)
-            });
+        // SAFETY: every caller took `seg` off the sealed FIFO and closed it to pins
+        // (`close_to_pins`) before this call, and gives it back only after it returns.
+        let mut walk = unsafe { self.walk_sealed(seg, top) };
+        let mut kept = 0usize;
+        while let Some(rec) = walk.next_record() {
+            let off = rec.off;
+            let len = rec.prefix.total_len();
+            // The key's borrow ends with the hash, before any move.
+            let h = crate::index::hash_key(self.seed, walk.key(&rec));
             let mut shard = self.shard_for(h).lock();
-            let Shard { table, stats, .. } = &mut *shard;
+            let Shard {
+                table, stats, held, ..
+            } = &mut *shard;
             let me = pack(seg, off as u32);
             if let Some(mut o) = table.find_entry(h, |e| e == me) {
-                let hdr: Header = self.header(me);
+                let hdr: Header = self.header(held, me);
                 let fetched = hdr.mark & MARK_FETCHED != 0;
                 match self.liveness(&hdr, now) {
                     Liveness::Expired | Liveness::Flushed => {
                         o.remove();
-                        self.unlinked(stats, me);
+                        self.unlinked(held, stats, me);
                         stats.reclaimed += 1;
                         if !fetched {
                             stats.expired_unfetched += 1;
@@ -349,25 +333,22 @@ impl Store {
                     Liveness::Live
                         if keep_all || (hdr.mark & MARK_ACCESSED != 0 && kept + len <= budget) =>
                     {
+                        // Moved down over bytes already unlinked or moved, under the
+                        // item's shard lock (rule 2).
+                        let dest = walk.keep(held, rec);
                         if dest != off {
-                            // SAFETY: we hold the item's shard lock (rule 2) and no borrow
-                            // of the segment; `dest..dest+len` covers only bytes already
-                            // unlinked or moved (everything below `off`) and this item.
-                            unsafe { mem.move_within(off, dest, len) };
                             o.replace(pack(seg, dest as u32));
                         }
                         if !keep_all {
-                            // SAFETY: the item (now at `dest`) is ours under its lock.
-                            let w = unsafe { mem.bytes_mut(dest + MUT_START, MUT_LEN) };
+                            let w = walk.window(held, dest);
                             item::clear_mark(w, MARK_ACCESSED);
                             stats.items_retained += 1;
                             kept += len;
                         }
-                        dest += len;
                     }
                     Liveness::Live => {
                         o.remove();
-                        self.unlinked(stats, me);
+                        self.unlinked(held, stats, me);
                         stats.evictions += 1;
                         if !fetched {
                             stats.evicted_unfetched += 1;
@@ -376,9 +357,8 @@ impl Store {
                 }
             }
             drop(shard);
-            off += len;
         }
-        dest as u32
+        walk.front() as u32
     }
 
     /// `lru_crawler metadump`: call `f` for each live item from `cursor` on, walking each
@@ -409,12 +389,12 @@ impl Store {
                 let Some(e) = shard.table.get(i) else {
                     continue;
                 };
-                let hdr = self.header(e);
+                let hdr = self.header(&shard.held, e);
                 if self.liveness(&hdr, now) != Liveness::Live {
                     continue;
                 }
-                // SAFETY: we hold the lock of the shard indexing `e` (rule 2).
-                let bytes = unsafe { self.item_bytes(e) };
+                // We hold the lock of the shard indexing `e` (rule 2).
+                let bytes = self.item_bytes(&shard.held, e);
                 let ko = hdr.prefix.key_offset();
                 f(DumpItem {
                     key: &bytes[ko..ko + hdr.prefix.klen],
@@ -453,6 +433,7 @@ impl Store {
                 table,
                 stats,
                 sweep_bucket,
+                held,
             } = &mut *shard;
             let buckets = table.positions();
             let start = (*sweep_bucket).min(buckets);
@@ -461,7 +442,7 @@ impl Store {
             while i < end && removed < max_items {
                 if let Some(e) = table.get(i) {
                     checked += 1;
-                    if self.unlink_if_dead(table, stats, i, e, now) {
+                    if self.unlink_if_dead(held, table, stats, i, e, now) {
                         removed += 1;
                     }
                 }
@@ -496,14 +477,16 @@ impl Store {
                 return Crawl { swept, more: false };
             }
             let mut shard = self.shard_at(cursor.shard).lock();
-            let Shard { table, stats, .. } = &mut *shard;
+            let Shard {
+                table, stats, held, ..
+            } = &mut *shard;
             let positions = table.positions();
             let start = cursor.position.min(positions);
             let end = (start + SWEEP_CHUNK_BUCKETS.min(budget)).min(positions);
             for i in start..end {
                 if let Some(e) = table.get(i) {
                     swept.checked += 1;
-                    if self.unlink_if_dead(table, stats, i, e, now) {
+                    if self.unlink_if_dead(held, table, stats, i, e, now) {
                         swept.unlinked += 1;
                     }
                 }
@@ -522,18 +505,19 @@ impl Store {
     /// counting it as reclaimed. The caller holds the shard lock that owns `table`.
     fn unlink_if_dead(
         &self,
+        held: &LockHeld,
         table: &mut IndexTable,
         stats: &mut ShardStats,
         i: usize,
         e: u64,
         now: RelTime,
     ) -> bool {
-        let hdr = self.header(e);
+        let hdr = self.header(held, e);
         if self.liveness(&hdr, now) == Liveness::Live {
             return false;
         }
-        table.remove(i, self.hash_entry(e));
-        self.unlinked(stats, e);
+        table.remove(i, self.hash_entry(held, e));
+        self.unlinked(held, stats, e);
         stats.reclaimed += 1;
         if hdr.mark & MARK_FETCHED == 0 {
             stats.expired_unfetched += 1;

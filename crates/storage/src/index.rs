@@ -119,6 +119,22 @@ pub(crate) struct Shard {
     pub stats: ShardStats,
     /// Where the expiry sweep resumes in this shard's bucket array.
     pub sweep_bucket: usize,
+    /// The proof that this shard's lock is held, for the record accessors.
+    pub held: LockHeld,
+}
+
+/// Proof that a shard lock is held: a borrow of one can only be taken from a locked
+/// [`Shard`], and lives no longer than the lock guard it came from.
+///
+/// The record accessors (`store::record`) take `&LockHeld` to read an indexed item and
+/// `&mut LockHeld` to write one (rule 2 of the locking protocol in `docs/design.md`), so
+/// the borrows they hand out end before the guard unlocks, and a written window
+/// excludes every other record borrow made through the same shard. It is a field of its
+/// own, not the whole `Shard`, so that it can be borrowed beside the table and the
+/// counters. Zero-sized, and neither `Clone` nor constructible outside this module: the
+/// only ones are inside the shards' locks.
+pub(crate) struct LockHeld {
+    _only_in_a_shard: (),
 }
 
 /// A shard on its own cache lines, so neighbouring locks do not false-share.
@@ -131,6 +147,9 @@ impl ShardSlot {
             table: IndexTable::new(),
             stats: ShardStats::default(),
             sweep_bucket: 0,
+            held: LockHeld {
+                _only_in_a_shard: (),
+            },
         }))
     }
 }

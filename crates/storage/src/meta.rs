@@ -7,7 +7,7 @@
 //! [`ItemMut`] that reads every field and sets the exptime, the meta bits, the CAS id,
 //! the fetched mark, or unlinks the item. Vivify (`mg N`) creates an empty item first.
 
-use crate::index::{hash_key, pack, unpack, Shard};
+use crate::index::{hash_key, pack, unpack, LockHeld, Shard};
 use crate::item::{
     self, Header, NewItem, MARK_ACCESSED, MARK_FETCHED, MARK_KEY_BINARY, MARK_STALE,
     MARK_TOKEN_SENT,
@@ -25,6 +25,8 @@ pub const ITEM_UPDATE_INTERVAL_SECS: RelTime = 60;
 /// callback.
 pub struct ItemMut<'a> {
     store: &'a Store,
+    /// The proof that the shard indexing `e` is locked, for the record accessors.
+    held: &'a mut LockHeld,
     e: u64,
     hdr: Header,
     unlink: bool,
@@ -32,15 +34,14 @@ pub struct ItemMut<'a> {
 
 impl ItemMut<'_> {
     fn bytes(&self) -> &[u8] {
-        // SAFETY: an `ItemMut` exists only while the shard lock indexing `e` is held
-        // (rule 2); setters take `&mut self`, so no mutable borrow is alive.
-        unsafe { self.store.item_bytes(self.e) }
+        // An `ItemMut` exists only while the shard lock indexing `e` is held (rule 2);
+        // setters take `&mut self`, so no mutable borrow is alive.
+        self.store.item_bytes(self.held, self.e)
     }
 
     fn window(&mut self) -> &mut [u8] {
-        // SAFETY: shard lock held (rule 2); `&mut self` excludes every other borrow of
-        // the item made through this handle.
-        unsafe { self.store.mut_window(self.e) }
+        // `&mut self` excludes every other borrow of the item made through this handle.
+        self.store.mut_window(self.held, self.e)
     }
 
     /// The key as stored.
@@ -223,12 +224,11 @@ impl Store {
             time: now,
             cas: 0,
         };
-        let Some(r) = self.reserve(new.total_len(), now) else {
+        let Some(mut r) = self.reserve(new.total_len(), now) else {
             return (first, None);
         };
         {
-            // SAFETY: the region is reserved for us and not yet published (rule 1).
-            let b = unsafe { self.region(r) };
+            let b = self.region(&mut r);
             let ko = new.write_header(b);
             b[ko..ko + key.len()].copy_from_slice(key);
         }
@@ -241,12 +241,18 @@ impl Store {
             return (first, Some(out));
         }
         let e = {
-            let Shard { table, stats, .. } = &mut *shard;
-            let entry = table.entry(h, |e| self.key_eq(e, key), |e| self.hash_entry(e));
-            self.publish(r, entry, stats);
+            let Shard {
+                table, stats, held, ..
+            } = &mut *shard;
+            let entry = table.entry(
+                h,
+                |e| self.key_eq(held, e, key),
+                |e| self.hash_entry(held, e),
+            );
+            self.publish(held, &mut r, entry, stats);
             pack(r.seg, r.off)
         };
-        let hdr = self.header(e);
+        let hdr = self.header(&shard.held, e);
         let out = self.do_meta_call(&mut shard, h, e, hdr, true, f);
         drop(shard);
         self.release(r);
@@ -265,16 +271,19 @@ impl Store {
     ) -> R {
         let mut it = ItemMut {
             store: self,
+            held: &mut shard.held,
             e,
             hdr,
             unlink: false,
         };
         let out = f(&mut it, created);
         if it.unlink {
-            let Shard { table, stats, .. } = shard;
+            let Shard {
+                table, stats, held, ..
+            } = shard;
             if let Some(o) = table.find_entry(h, |x| x == e) {
                 o.remove();
-                self.unlinked(stats, e);
+                self.unlinked(held, stats, e);
             }
         }
         out
@@ -350,8 +359,8 @@ impl Store {
         let shard = self.shard_for(h).lock();
         shard
             .table
-            .find(h, |e| self.key_eq(e, key))
-            .map(|(_, e)| self.liveness(&self.header(e), now))
+            .find(h, |e| self.key_eq(&shard.held, e, key))
+            .map(|(_, e)| self.liveness(&self.header(&shard.held, e), now))
     }
 }
 

@@ -2,6 +2,10 @@
 //! callback has returned, so that the server can hand them to the kernel in a vectored
 //! send instead of copying them into its output buffer first.
 //!
+//! This module holds the pin's types and the count's closed bit, below the store: the
+//! operations on the count are the store's (`pin`, `unpin`, `close_to_pins`), and the
+//! read of a pinned value is a record accessor like the others (`store::record`).
+//!
 //! A pin is counted on the value's segment (`SegmentMeta::pins`). While the count is not
 //! zero, nothing rewrites the segment's bytes of existing items:
 //!
@@ -32,24 +36,21 @@
 //! decrement of an unpin pairs with the closer's acquire, so the kernel's reads of the
 //! bytes happen before anyone overwrites them.
 
-use std::sync::atomic::Ordering;
-
-use crate::store::Store;
-
 /// `SegmentMeta::pins` bit set while the evictor walks (and may move bytes in) the
 /// segment: no new pin may be taken.
 pub(crate) const CLOSED: u32 = 1 << 31;
 
-/// A pinned value: its bytes stay as they are until it is given to [`Store::unpin`].
+/// A pinned value: its bytes stay as they are until it is given to
+/// [`Store::unpin`](crate::Store::unpin).
 ///
-/// Read them with [`Store::pinned`]. Dropping a pin instead of unpinning it keeps its
+/// Read them with [`Store::pinned`](crate::Store::pinned). Dropping a pin instead of unpinning it keeps its
 /// segment from ever being evicted or reused (debug builds panic to catch it).
 #[must_use = "a pin must be given back with Store::unpin"]
 #[derive(Debug)]
 pub struct ValuePin {
-    seg: u32,
-    off: u32,
-    len: u32,
+    pub(crate) seg: u32,
+    pub(crate) off: u32,
+    pub(crate) len: u32,
 }
 
 impl ValuePin {
@@ -78,72 +79,8 @@ impl Drop for ValuePin {
     }
 }
 
-impl Store {
-    /// Pin the value of an item handed to a lookup's callback (its `origin` and `value`,
-    /// under its shard lock), so that its bytes can be read after the callback returns.
-    /// `None` when the item's segment is being evicted right now, or when the bytes do
-    /// not come from this store's segments: the caller copies the value instead.
-    pub fn pin(&self, origin: Origin, value: &[u8]) -> Option<ValuePin> {
-        let seg = origin.segment()?;
-        let meta = self.segments.get(seg as usize)?;
-        let off = meta.mem.offset_of(value)?;
-        let was = meta.pins.fetch_add(1, Ordering::Acquire);
-        if was & CLOSED != 0 {
-            meta.pins.fetch_sub(1, Ordering::Relaxed);
-            return None;
-        }
-        Some(ValuePin {
-            seg,
-            off: off as u32,
-            len: value.len() as u32,
-        })
-    }
-
-    /// The bytes of a pinned value.
-    #[inline]
-    pub fn pinned<'a>(&'a self, pin: &'a ValuePin) -> &'a [u8] {
-        // SAFETY: while `pin` lives, its segment's pin count is not zero, so no eviction,
-        // compaction, dead-segment reuse or in-place write touches the item's bytes (see
-        // the module docs); writers only append past them. The borrow cannot outlive the
-        // pin, because it borrows it.
-        unsafe { self.mem(pin.seg).bytes(pin.off as usize, pin.len as usize) }
-    }
-
-    /// Give a pin back.
-    #[inline]
-    pub fn unpin(&self, pin: ValuePin) {
-        self.segments[pin.seg as usize]
-            .pins
-            .fetch_sub(1, Ordering::Release);
-        std::mem::forget(pin);
-    }
-
-    /// Close segment `seg` to pins before walking it: false (and nothing changed) when
-    /// a pin is held, and the segment must be passed over.
-    pub(crate) fn close_to_pins(&self, seg: u32) -> bool {
-        self.segments[seg as usize]
-            .pins
-            .compare_exchange(0, CLOSED, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-    }
-
-    /// Reopen a segment closed by [`Store::close_to_pins`] once its walk is over.
-    pub(crate) fn reopen_to_pins(&self, seg: u32) {
-        self.segments[seg as usize]
-            .pins
-            .fetch_and(!CLOSED, Ordering::Release);
-    }
-
-    /// Whether a reader holds a pin in segment `seg`. Exact only under a shard lock for
-    /// the items that shard indexes (pins are taken under it); a stale true only sends
-    /// the caller down a slower path.
-    #[inline]
-    pub(crate) fn has_pins(&self, seg: u32) -> bool {
-        self.segments[seg as usize].pinned()
-    }
-}
-
-/// Where an [`ItemRef`]'s bytes live, so that [`Store::pin`] can find the segment.
+/// Where an [`ItemRef`](crate::ItemRef)'s bytes live, so that
+/// [`Store::pin`](crate::Store::pin) can find the segment.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Origin(u32);
 
@@ -157,38 +94,7 @@ impl Origin {
     }
 
     #[inline]
-    fn segment(self) -> Option<u32> {
+    pub(crate) fn segment(self) -> Option<u32> {
         self.0.checked_sub(1)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{StoreMode, StoreOutcome};
-
-    #[test]
-    fn a_closed_segment_refuses_pins_until_reopened() {
-        let s = Store::builder().memory_limit(2 << 20).build().unwrap();
-        let st = s.store(StoreMode::Set, b"k", 0, 0, b"some value", 1);
-        assert_eq!(st, StoreOutcome::Stored);
-        let pin_k = || {
-            s.get(b"k", 1, |it| s.pin(it.origin, it.value))
-                .hit()
-                .flatten()
-        };
-        let p = pin_k().expect("pinned");
-        assert_eq!(s.pinned(&p), b"some value");
-        let seg = p.seg;
-        assert!(s.has_pins(seg));
-        assert!(!s.close_to_pins(seg), "a pinned segment cannot be closed");
-        s.unpin(p);
-        assert!(!s.has_pins(seg));
-        assert!(s.close_to_pins(seg));
-        assert!(pin_k().is_none(), "closed: the caller copies instead");
-        assert!(!s.has_pins(seg), "the refused pin was given back");
-        s.reopen_to_pins(seg);
-        let p = pin_k().expect("pinned again");
-        s.unpin(p);
     }
 }

@@ -92,7 +92,11 @@ impl GroupSlot {
 /// A region handed to one writer. It must be either published (linked into the index)
 /// or abandoned (overwritten by a padding record), then released, before the same thread
 /// reserves again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// It is the writer's proof that the region is its own (rule 1 of the locking
+/// protocol): the record accessors hand out its bytes for a `&mut Reservation`, so it is
+/// neither `Clone` nor `Copy`, and `release` and `abandon` consume it.
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Reservation {
     pub seg: u32,
     pub off: u32,

@@ -13,7 +13,7 @@
 //! a key not in cache misses twice before it reaches the item, and nothing outside the
 //! table can know where either line is. Here the tags and the slots share one line whose
 //! address is `base + (hash & mask) * 64`, so a multi-get can prefetch the buckets of
-//! all its keys before it takes the first lock (see [`ShardSlot`](crate::index)).
+//! all its keys before it takes the first shard lock.
 //!
 //! Probing follows Folly's F14: an entry whose home bucket is full goes to the next
 //! bucket with a free slot, and every bucket it passes counts one more `overflow`. A

@@ -1,0 +1,218 @@
+//! [`StoreBuilder`]: a store's configuration, checked and turned into a [`Store`].
+
+use std::collections::hash_map::RandomState;
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use super::{FlushState, Padded, Store, MAX_SHARDS};
+use crate::index::{Hint, ShardSlot};
+use crate::pool::{GroupSlot, PoolState, SegmentMeta};
+use crate::segment::LargePageRegion;
+use crate::BuildError;
+
+/// Default memory limit (memcached `-m 64`).
+pub const DEFAULT_MEMORY_LIMIT_BYTES: usize = 64 << 20;
+
+/// Default item size limit (memcached `-I 1m`).
+pub const DEFAULT_ITEM_SIZE_MAX_BYTES: usize = 1 << 20;
+
+/// Smallest accepted item size limit (memcached's own floor is 1 KiB).
+pub const MIN_ITEM_SIZE_MAX_BYTES: usize = 1024;
+
+/// Largest accepted item size limit (memcached's own ceiling is 1 GiB).
+pub const MAX_ITEM_SIZE_MAX_BYTES: usize = 1 << 30;
+
+/// Smallest segment; larger when the item size limit is larger.
+pub const MIN_SEGMENT_BYTES: usize = 1 << 20;
+
+/// memcached's per-item overhead in its "object too large" check: a 48-byte `item`,
+/// 8 bytes of CAS, the key's NUL and the value's `\r\n`. [`Store::item_fits`] uses it so
+/// that the size limit falls on exactly the same byte as memcached's.
+pub const MEMCACHED_ITEM_OVERHEAD_BYTES: usize = 59;
+
+/// The part of [`MEMCACHED_ITEM_OVERHEAD_BYTES`] that is the cas, absent under `-C`.
+pub const MEMCACHED_CAS_BYTES: usize = 8;
+
+const SEGMENT_ROUND_BYTES: usize = 4096;
+
+/// How far `cache_memlimit` may raise the limit: to this many times the starting
+/// one, but by at most [`MEMLIMIT_MAX_EXTRA`] segments (2.6 MB of table)...
+const MEMLIMIT_GROWTH: usize = 4;
+
+const MEMLIMIT_MAX_EXTRA: usize = 1 << 16;
+
+/// ...and to this many segments in any case.
+const MEMLIMIT_MIN_CAPACITY: usize = 1024;
+
+/// Consuming builder for [`Store`]: `Store::builder().memory_limit(bytes).build()?`.
+#[derive(Clone, Debug)]
+pub struct StoreBuilder {
+    memory_limit: usize,
+    item_size_max: usize,
+    evictions: bool,
+    shards: Option<usize>,
+    large_pages: bool,
+    memcached_cas: bool,
+    lock_memory: bool,
+}
+
+impl StoreBuilder {
+    /// Bytes of item memory (memcached `-m`, default 64 MiB). At least two segments are
+    /// always made, so a tiny limit is rounded up to two segments.
+    pub fn memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = bytes;
+        self
+    }
+
+    /// Largest item in bytes, counted as memcached counts it (memcached `-I`, default 1 MiB).
+    pub fn item_size_max(mut self, bytes: usize) -> Self {
+        self.item_size_max = bytes;
+        self
+    }
+
+    /// Lock item memory into RAM (memcached `-k`): each segment is `mlock`ed as it is
+    /// first given memory, so its pages are resident from then on and never swapped,
+    /// and a segment retired by a lower `cache_memlimit` keeps its pages. Where the
+    /// kernel refuses (no `CAP_IPC_LOCK` and `RLIMIT_MEMLOCK` reached), the segment is
+    /// used unlocked.
+    ///
+    /// memcached locks with `mlockall(MCL_CURRENT | MCL_FUTURE)`, after which an
+    /// allocation past the limit fails and memcached answers out of memory; in Rust a
+    /// failed allocation aborts the process, so the store locks its own segments instead.
+    pub fn lock_memory(mut self, enabled: bool) -> Self {
+        self.lock_memory = enabled;
+        self
+    }
+
+    /// Whether the memcached whose size rule [`Store::item_fits`] applies keeps an 8-byte
+    /// cas in every item (default true; false is memcached `-C`, whose items leave those
+    /// 8 bytes to the value). Only the size rule changes: the store keeps its own cas.
+    pub fn memcached_cas(mut self, enabled: bool) -> Self {
+        self.memcached_cas = enabled;
+        self
+    }
+
+    /// Whether to evict when memory is full (`false` is memcached `-M`: stores then fail
+    /// with [`StoreOutcome::NoMemory`]).
+    pub fn evictions(mut self, enabled: bool) -> Self {
+        self.evictions = enabled;
+        self
+    }
+
+    /// Number of index shards (rounded up to a power of two, at most 4096). By default it
+    /// scales with memory: one per segment, between 16 and 256.
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = Some(n);
+        self
+    }
+
+    /// Put item memory on transparent huge pages (memcached `-L`): one mapping aligned to
+    /// 2 MiB and marked `MADV_HUGEPAGE` holds every segment. [`StoreBuilder::build`]
+    /// fails with [`BuildError::LargePages`] where the kernel refuses.
+    pub fn large_pages(mut self, enabled: bool) -> Self {
+        self.large_pages = enabled;
+        self
+    }
+
+    /// Build the store. Segment memory is not touched until it is first written.
+    pub fn build(self) -> Result<Store, BuildError> {
+        if self.item_size_max < MIN_ITEM_SIZE_MAX_BYTES {
+            return Err(BuildError::ItemSizeTooSmall(self.item_size_max));
+        }
+        if self.item_size_max > MAX_ITEM_SIZE_MAX_BYTES {
+            return Err(BuildError::ItemSizeTooLarge(self.item_size_max));
+        }
+        // memcached's size rule (see `item_fits`) keeps every accepted item at least 33
+        // bytes below `item_size_max` in our format, so a segment of `item_size_max`
+        // bytes holds any accepted item.
+        let segment_size = self
+            .item_size_max
+            .max(MIN_SEGMENT_BYTES)
+            .next_multiple_of(SEGMENT_ROUND_BYTES);
+        let count = (self.memory_limit / segment_size).max(2);
+        if count > u32::MAX as usize {
+            return Err(BuildError::MemoryTooLarge(self.memory_limit));
+        }
+        // Room for `cache_memlimit` to raise the limit later: the table of segments costs
+        // about 40 bytes a segment, and their memory is only taken on first use. A
+        // large-page store's mapping is sized at start, so it cannot grow.
+        let capacity = if self.large_pages {
+            count
+        } else {
+            (count + (count * (MEMLIMIT_GROWTH - 1)).min(MEMLIMIT_MAX_EXTRA))
+                .max(MEMLIMIT_MIN_CAPACITY)
+                .min(u32::MAX as usize)
+        };
+        let shards = match self.shards {
+            Some(n) => n.clamp(1, MAX_SHARDS).next_power_of_two(),
+            None => count.next_power_of_two().clamp(16, 256),
+        };
+        let groups = (count / 8).clamp(1, 8);
+        let large_pages = if self.large_pages {
+            Some(
+                LargePageRegion::map(count * segment_size)
+                    .map_err(|e| BuildError::LargePages(e.to_string()))?,
+            )
+        } else {
+            None
+        };
+        let segments = (0..capacity)
+            .map(|_| SegmentMeta::new(segment_size))
+            .collect();
+        static STORES: AtomicU64 = AtomicU64::new(0);
+        Ok(Store {
+            seed: RandomState::new().hash_one(0x5EED_u64),
+            id: STORES.fetch_add(1, Ordering::Relaxed) + 1,
+            shards: (0..shards).map(|_| ShardSlot::new()).collect(),
+            hints: (0..MAX_SHARDS)
+                .map(|_| Hint::default())
+                .collect::<Box<[Hint]>>()
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("MAX_SHARDS hints")),
+            shard_mask: shards - 1,
+            segments,
+            segment_size,
+            pool: Mutex::new(PoolState {
+                free: (0..count as u32).rev().collect(),
+                sealed: VecDeque::with_capacity(count),
+                provisioned: count,
+                limit: count,
+            }),
+            groups: (0..groups).map(|_| GroupSlot::new()).collect(),
+            evictions: self.evictions,
+            memory_limit: AtomicUsize::new(self.memory_limit),
+            item_size_max: self.item_size_max,
+            item_overhead: MEMCACHED_ITEM_OVERHEAD_BYTES
+                - if self.memcached_cas {
+                    0
+                } else {
+                    MEMCACHED_CAS_BYTES
+                },
+            lock_memory: self.lock_memory,
+            cas: Padded(AtomicU64::new(0)),
+            flush: Padded(FlushState {
+                oldest_live: AtomicU32::new(0),
+                oldest_cas: AtomicU64::new(0),
+            }),
+            sweep_shard: AtomicUsize::new(0),
+            large_pages,
+        })
+    }
+}
+
+impl Store {
+    /// Start configuring a store (defaults: memcached's `-m 64 -I 1m`, evictions on).
+    pub fn builder() -> StoreBuilder {
+        StoreBuilder {
+            memory_limit: DEFAULT_MEMORY_LIMIT_BYTES,
+            item_size_max: DEFAULT_ITEM_SIZE_MAX_BYTES,
+            evictions: true,
+            shards: None,
+            large_pages: false,
+            memcached_cas: true,
+            lock_memory: false,
+        }
+    }
+}

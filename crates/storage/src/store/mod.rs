@@ -1,0 +1,392 @@
+//! The public face of the engine: [`Store`] and every operation, split by what each
+//! part owns.
+//!
+//! Every operation hashes the key, locks one index shard and works on the item in its
+//! segment under that lock. Stores first reserve space in the writer group's open
+//! segment (with no shard lock held, because finding space may evict), copy the item
+//! in, then lock the shard to check the command's condition and publish the entry;
+//! a store whose item has the live one's shape writes over it instead
+//! (`Store::overwrite_in_place`).
+//! Following memcached's naming rule, `do_*` helpers run with the shard lock held.
+//!
+//! | file         | what it holds                                                        |
+//! |--------------|----------------------------------------------------------------------|
+//! | `mod.rs`     | [`Store`] itself, its shard and segment helpers, stats, value pins    |
+//! | `builder.rs` | [`StoreBuilder`] and the size limits it checks                        |
+//! | `read.rs`    | lookups: get, gat, the prefetched multi-get stages, the locked search |
+//! | `write.rs`   | set/add/replace/cas/append/prepend, delete, touch, incr/decr, flush   |
+//! | `record.rs`  | the accessors of records in segment memory: the `unsafe` of records   |
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::index::{unpack, Hint, LockHeld, ShardRef, ShardSlot, ShardStats};
+use crate::item::{self, Header, MAX_KEY_BYTES};
+use crate::pin::{Origin, ValuePin, CLOSED};
+use crate::pool::{GroupSlot, PoolState, SegmentMeta};
+use crate::segment::{LargePageRegion, SegmentMem};
+use crate::{Lookup, RelTime, StoreStats};
+
+mod builder;
+mod read;
+mod record;
+#[cfg(test)]
+mod tests;
+mod write;
+
+pub use builder::{
+    StoreBuilder, DEFAULT_ITEM_SIZE_MAX_BYTES, DEFAULT_MEMORY_LIMIT_BYTES, MAX_ITEM_SIZE_MAX_BYTES,
+    MEMCACHED_CAS_BYTES, MEMCACHED_ITEM_OVERHEAD_BYTES, MIN_ITEM_SIZE_MAX_BYTES, MIN_SEGMENT_BYTES,
+};
+pub use read::{KeyHash, Peeked, Visit, PREFETCH_DISTANCE};
+pub(crate) use write::{DeltaResult, WholeExtra};
+
+const MAX_SHARDS: usize = 4096;
+
+/// The cache engine, shared by all worker threads through `Arc<Store>`.
+///
+/// No lock is global on the request path: a request takes one index shard lock, and a
+/// store also takes its writer group's lock for a pointer bump. The only shared atomic
+/// written per store is the CAS counter.
+pub struct Store {
+    pub(crate) seed: u64,
+    /// Unique among the stores of this process ([`Peeked::store`]).
+    id: u64,
+    pub(crate) shards: Box<[ShardSlot]>,
+    /// One per possible shard, so that an index masked to `MAX_SHARDS - 1` needs no
+    /// bounds check; only the first `shard_mask + 1` are used (32 KiB in all, and the
+    /// pages of unused ones are never touched).
+    hints: Box<[Hint; MAX_SHARDS]>,
+    pub(crate) shard_mask: usize,
+    pub(crate) segments: Box<[SegmentMeta]>,
+    pub(crate) segment_size: usize,
+    pub(crate) pool: Mutex<PoolState>,
+    pub(crate) groups: Box<[GroupSlot]>,
+    pub(crate) evictions: bool,
+    /// The memory limit in bytes, as `limit_maxbytes` shows it (`cache_memlimit` changes
+    /// it; the segments it allows are `PoolState::limit`).
+    memory_limit: AtomicUsize,
+    item_size_max: usize,
+    /// memcached's bytes per item besides key, value and flags, for [`Store::item_fits`].
+    item_overhead: usize,
+    cas: Padded<AtomicU64>,
+    flush: Padded<FlushState>,
+    pub(crate) sweep_shard: AtomicUsize,
+    /// `-k`: segments are locked into RAM as they get memory ([`StoreBuilder::lock_memory`]).
+    lock_memory: bool,
+    /// The mapping the segments lie in, with large pages (`-L`). Declared after
+    /// `segments`, so it is unmapped after they are dropped.
+    large_pages: Option<LargePageRegion>,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // Segments placed in the large-page region are not the heap's to free; the
+        // region itself is unmapped after this, with the fields.
+        if self.large_pages.is_some() {
+            for s in self.segments.iter_mut() {
+                s.mem.forget();
+            }
+        }
+    }
+}
+
+/// Keeps a hot atomic off its neighbours' cache lines.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// `flush_all` state, memcached's `settings.oldest_live` and `settings.oldest_cas`.
+struct FlushState {
+    oldest_live: AtomicU32,
+    oldest_cas: AtomicU64,
+}
+
+/// What a locked lookup found about an item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    Live,
+    Expired,
+    Flushed,
+}
+
+impl Store {
+    /// Whether an item of this shape may be stored: the key is 1..=255 bytes and
+    /// `59 + key + value (+ 4 if flags != 0) <= item_size_max`, memcached 1.6's own rule
+    /// (51 without its cas, [`StoreBuilder::memcached_cas`]).
+    /// The server can call this before reading a data block, to swallow an oversized one.
+    pub fn item_fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
+        let flag_bytes = if flags != 0 { item::FLAGS_BYTES } else { 0 };
+        (1..=MAX_KEY_BYTES).contains(&key_len)
+            && value_len <= item::MAX_VALUE_BYTES
+            && self.item_overhead + key_len + value_len + flag_bytes <= self.item_size_max
+            && item::item_len(key_len, value_len, flags != 0) <= self.segment_size
+    }
+
+    /// The item size limit this store was built with.
+    pub fn item_size_max(&self) -> usize {
+        self.item_size_max
+    }
+
+    /// memcached's `cache_memlimit`: make `bytes` the memory limit of the running store.
+    /// False, changing nothing, where it cannot: a large-page store (its mapping is sized
+    /// at start; memcached refuses too when its memory is preallocated), or more than
+    /// the segment table made at start has room for (four times the starting limit, at
+    /// most 65 536 segments more than it, and 1024 segments in any case).
+    ///
+    /// A higher limit lets writers take never-used segments again. A lower one stops
+    /// them taking any, and each segment they need while more are in use than the new
+    /// limit allows is found by evicting two: one is reused, the other's pages go back
+    /// to the kernel. Memory therefore comes down as items are written, and stays where
+    /// it is when none are (memcached gives none back). Under `-M`, where nothing may be
+    /// evicted, a lower limit only stops the growth.
+    pub fn set_memory_limit(&self, bytes: usize) -> bool {
+        if self.large_pages.is_some() {
+            return false;
+        }
+        let count = (bytes / self.segment_size).max(2);
+        if count > self.segments.len() {
+            return false;
+        }
+        let mut pool = self.pool_lock();
+        if count > pool.provisioned {
+            let start = pool.provisioned as u32;
+            // Popped from the end: the lowest index first, as at start.
+            pool.free.splice(0..0, (start..count as u32).rev());
+            pool.provisioned = count;
+        }
+        pool.limit = count;
+        self.memory_limit.store(bytes, Ordering::Relaxed);
+        true
+    }
+
+    /// The memory limit in bytes (as built, or as `cache_memlimit` last set it).
+    pub fn memory_limit(&self) -> usize {
+        self.memory_limit.load(Ordering::Relaxed)
+    }
+
+    /// Give segment `seg` its memory if this is its first use: from the large-page
+    /// region with `-L`, else from the heap.
+    pub(crate) fn allocate_segment(&self, seg: u32) {
+        let mem = &self.segments[seg as usize].mem;
+        let first = !mem.is_allocated();
+        match &self.large_pages {
+            Some(region) => mem.place_in(region, seg as usize),
+            None => mem.ensure_allocated(),
+        }
+        // A segment gets memory once (a retired one keeps its address), so it is locked
+        // once; under -k a retired one also keeps its pages (see `retire_excess`).
+        if first && self.lock_memory {
+            // Refused past RLIMIT_MEMLOCK without CAP_IPC_LOCK: the segment serves
+            // unlocked (the server warns at start when the limit is below -m).
+            let _ = mem.lock();
+        }
+    }
+
+    /// Whether item memory is locked into RAM (see [`StoreBuilder::lock_memory`]).
+    pub(crate) fn lock_memory(&self) -> bool {
+        self.lock_memory
+    }
+
+    /// Whether item memory is on large pages (see [`StoreBuilder::large_pages`]).
+    pub fn large_pages(&self) -> bool {
+        self.large_pages.is_some()
+    }
+
+    /// Bytes per segment.
+    pub fn segment_size(&self) -> usize {
+        self.segment_size
+    }
+
+    /// Statistics, summed over the shards (each locked briefly in turn).
+    pub fn stats(&self) -> StoreStats {
+        let mut sum = ShardStats::default();
+        for i in 0..self.shards.len() {
+            let s = self.shard_at(i).lock().stats;
+            sum.curr_items += s.curr_items;
+            sum.bytes += s.bytes;
+            sum.total_items += s.total_items;
+            sum.evictions += s.evictions;
+            sum.expired_unfetched += s.expired_unfetched;
+            sum.evicted_unfetched += s.evicted_unfetched;
+            sum.reclaimed += s.reclaimed;
+            sum.items_retained += s.items_retained;
+        }
+        let (in_use, limit) = {
+            let pool = self.pool_lock();
+            (pool.in_use(), pool.limit)
+        };
+        StoreStats {
+            curr_items: sum.curr_items,
+            total_items: sum.total_items,
+            bytes: sum.bytes,
+            evictions: sum.evictions,
+            expired_unfetched: sum.expired_unfetched,
+            evicted_unfetched: sum.evicted_unfetched,
+            reclaimed: sum.reclaimed,
+            limit_maxbytes: self.memory_limit.load(Ordering::Relaxed) as u64,
+            segments_used: in_use as u64,
+            segments_total: limit as u64,
+            segment_size: self.segment_size as u64,
+            items_retained: sum.items_retained,
+        }
+    }
+
+    /// memcached `stats reset`: zero the counters, not the gauges (`curr_items`, `bytes`).
+    pub fn reset_stats(&self) {
+        for i in 0..self.shards.len() {
+            let s = &mut self.shard_at(i).lock().stats;
+            *s = ShardStats {
+                curr_items: s.curr_items,
+                bytes: s.bytes,
+                ..ShardStats::default()
+            };
+        }
+    }
+
+    #[inline]
+    pub(crate) fn shard_for(&self, h: u64) -> ShardRef<'_> {
+        let i = (h >> 40) as usize & self.shard_mask;
+        debug_assert_eq!(self.shards.len(), self.shard_mask + 1);
+        ShardRef {
+            // SAFETY: `shard_mask + 1` is the number of shards, set with them when the
+            // store is built and never changed, so a masked index is in bounds. (The
+            // bounds check was two of the instructions of every key's two shard
+            // lookups in a multi-get.)
+            slot: unsafe { self.shards.get_unchecked(i) },
+            hint: &self.hints[i % MAX_SHARDS],
+        }
+    }
+
+    #[inline]
+    pub(crate) fn shard_at(&self, i: usize) -> ShardRef<'_> {
+        ShardRef {
+            slot: &self.shards[i],
+            hint: &self.hints[i % MAX_SHARDS],
+        }
+    }
+
+    #[inline]
+    pub(crate) fn mem(&self, seg: u32) -> &SegmentMem {
+        &self.segments[seg as usize].mem
+    }
+
+    #[inline]
+    pub(crate) fn pool_lock(&self) -> MutexGuard<'_, PoolState> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new CAS id: unique and strictly increasing across all keys.
+    #[inline]
+    pub(crate) fn next_cas(&self) -> u64 {
+        self.cas.0.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// memcached's `item_is_flushed`, then its expiry check.
+    #[inline]
+    pub(crate) fn liveness(&self, hdr: &Header, now: RelTime) -> Liveness {
+        let f = &self.flush.0;
+        let oldest_live = f.oldest_live.load(Ordering::Acquire);
+        if oldest_live != 0 && oldest_live <= now {
+            let oldest_cas = f.oldest_cas.load(Ordering::Acquire);
+            if hdr.time <= oldest_live || (oldest_cas != 0 && hdr.cas < oldest_cas) {
+                return Liveness::Flushed;
+            }
+        }
+        if item::is_expired(hdr.exptime, now) {
+            Liveness::Expired
+        } else {
+            Liveness::Live
+        }
+    }
+
+    /// Account for entry `e` having been removed from a locked shard.
+    #[inline]
+    pub(crate) fn unlinked(&self, held: &LockHeld, stats: &mut ShardStats, e: u64) {
+        let len = self.stored_len(held, e);
+        self.unlinked_len(stats, e, len);
+    }
+
+    /// [`Store::unlinked`] for an entry whose record length is already known.
+    #[inline]
+    pub(crate) fn unlinked_len(&self, stats: &mut ShardStats, e: u64, len: usize) {
+        let (seg, _) = unpack(e);
+        let len = len as u64;
+        stats.curr_items -= 1;
+        stats.bytes -= len;
+        // Release: pairs with the acquire load in `take_dead_segment`, which may reuse
+        // the segment once this reaches 0 (see there).
+        self.segments[seg as usize]
+            .live_bytes
+            .fetch_sub(len, Ordering::Release);
+    }
+}
+
+// ---- value pins (see the `pin` module for the protocol) ----------------------------
+
+impl Store {
+    /// Pin the value of an item handed to a lookup's callback (its `origin` and `value`,
+    /// under its shard lock), so that its bytes can be read after the callback returns.
+    /// `None` when the item's segment is being evicted right now, or when the bytes do
+    /// not come from this store's segments: the caller copies the value instead.
+    pub fn pin(&self, origin: Origin, value: &[u8]) -> Option<ValuePin> {
+        let seg = origin.segment()?;
+        let meta = self.segments.get(seg as usize)?;
+        let off = meta.mem.offset_of(value)?;
+        let was = meta.pins.fetch_add(1, Ordering::Acquire);
+        if was & CLOSED != 0 {
+            meta.pins.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(ValuePin {
+            seg,
+            off: off as u32,
+            len: value.len() as u32,
+        })
+    }
+
+    /// Give a pin back.
+    #[inline]
+    pub fn unpin(&self, pin: ValuePin) {
+        self.segments[pin.seg as usize]
+            .pins
+            .fetch_sub(1, Ordering::Release);
+        std::mem::forget(pin);
+    }
+
+    /// Close segment `seg` to pins before walking it: false (and nothing changed) when
+    /// a pin is held, and the segment must be passed over.
+    pub(crate) fn close_to_pins(&self, seg: u32) -> bool {
+        self.segments[seg as usize]
+            .pins
+            .compare_exchange(0, CLOSED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Reopen a segment closed by [`Store::close_to_pins`] once its walk is over.
+    pub(crate) fn reopen_to_pins(&self, seg: u32) {
+        self.segments[seg as usize]
+            .pins
+            .fetch_and(!CLOSED, Ordering::Release);
+    }
+
+    /// Whether a reader holds a pin in segment `seg`. Exact only under a shard lock for
+    /// the items that shard indexes (pins are taken under it); a stale true only sends
+    /// the caller down a slower path.
+    #[inline]
+    pub(crate) fn has_pins(&self, seg: u32) -> bool {
+        self.segments[seg as usize].pinned()
+    }
+}
+
+impl Lookup<std::convert::Infallible> {
+    /// Re-type a miss.
+    #[inline]
+    pub(crate) fn map_never<R>(self) -> Lookup<R> {
+        match self {
+            Lookup::Hit(never) => match never {},
+            Lookup::Miss => Lookup::Miss,
+            Lookup::Expired => Lookup::Expired,
+            Lookup::Flushed => Lookup::Flushed,
+        }
+    }
+}
