@@ -3,25 +3,34 @@
 //! It knows nothing about the memcached protocol or sockets; the server calls it with
 //! keys, values and a clock (`now`, seconds of server uptime).
 //!
-//! A tour of the rooms:
+//! A tour of the layout, from the top down (a module names only those below it):
 //!
-//! | module      | what it holds                                                           |
-//! |-------------|-------------------------------------------------------------------------|
-//! | [`store`]   | [`Store`] and its builder: every public operation, stats               |
-//! | `index`     | the sharded hash index: `Mutex<Shard>` around an `IndexTable`            |
-//! | `table`     | one shard's table: 7 entries and their tags per 64-byte bucket           |
-//! | `pool`      | the segment pool: free list, FIFO of sealed segments, writer groups      |
-//! | `evict`     | eviction of the oldest segment with second chance for accessed items     |
-//! | `item`      | the packed item header (byte layout diagram lives there)                 |
-//! | `segment`   | raw segment memory shared between threads: most of the `unsafe` code     |
-//! | `pin`       | value pins: values read in place after the lookup, for vectored sends    |
-//! | `arith`     | memcached incr/decr number parsing and formatting                        |
-//! | [`meta`]    | meta-protocol operations: items held under the lock, stale/win bits      |
+//! | module           | what it owns                                                      |
+//! |------------------|-------------------------------------------------------------------|
+//! | [`meta`]         | meta-protocol operations: items held under the lock, stale/win bits |
+//! | `evict`          | reservations, eviction with a second chance, compaction, sweeps    |
+//! | [`store`]        | [`Store`]: the struct, its shards and segments, stats, value pins  |
+//! | `store::builder` | [`StoreBuilder`] and the size limits it checks                     |
+//! | `store::read`    | get, gat, the prefetched multi-get stages, the locked search       |
+//! | `store::write`   | the storage commands, delete, touch, incr/decr, flush, publishing  |
+//! | `store::record`  | the accessors of records in segment memory, each taking its proof  |
+//! | `index`          | the sharded hash index: a locked `Shard` around an `IndexTable`    |
+//! | `table`          | one shard's table: 7 entries and their tags per 64-byte bucket     |
+//! | `pool`           | the segment pool: free list, FIFO of sealed segments, writer groups |
+//! | `pin`            | value pins' types: values read in place after the lookup           |
+//! | `segment`        | raw segment memory shared between threads                          |
+//! | `spin`           | the shard lock's raw lock                                          |
+//! | `item`           | the packed item header (byte layout diagram lives there)           |
+//! | `arith`          | memcached incr/decr number parsing and formatting                  |
 //!
 //! `unsafe` code lives in `segment` (segment memory, and records read at an address
-//! carried from a lock-free peek), `table` (the lock-free peek of a bucket array) and
-//! `spin` (the lock); `index` and `store` call them with the locking protocol's
-//! arguments in their `SAFETY` comments.
+//! carried from a lock-free peek), `table` (the lock-free peek of a bucket array),
+//! `spin` (the lock) and `store::record`, the one place that reads or writes a record's
+//! bytes: its accessors take the lock's proof (`index::LockHeld`, borrowed from the
+//! locked shard) or the writer's `Reservation`, so their callers need no `unsafe`. The
+//! few others (`index`'s peeks, `evict`'s claim of a sealed segment and release of a
+//! retired one's pages, `store`'s unchecked shard index) say why in their `SAFETY`
+//! comments.
 //!
 //! The design (segment log, locking protocol, eviction, per-item byte cost) is written up
 //! in `docs/design.md` at the workspace root.

@@ -1,6 +1,7 @@
 //! Raw segment memory shared between threads, and the crate's other raw-memory
 //! helpers (prefetch, page release, a record read at an address carried from a peek).
-//! With `table`'s lock-free peek and `spin`'s lock, the crate's `unsafe` code.
+//! With `table`'s lock-free peek, `spin`'s lock and the record accessors of
+//! `store::record`, which call these with the protocol's proofs, the crate's `unsafe` code.
 //!
 //! A segment is one fixed-size byte buffer, allocated zeroed on first use (so pages that
 //! were never written are not resident) and freed only when the store is dropped.

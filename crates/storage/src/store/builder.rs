@@ -95,7 +95,7 @@ impl StoreBuilder {
     }
 
     /// Whether to evict when memory is full (`false` is memcached `-M`: stores then fail
-    /// with [`StoreOutcome::NoMemory`]).
+    /// with [`StoreOutcome::NoMemory`](crate::StoreOutcome::NoMemory)).
     pub fn evictions(mut self, enabled: bool) -> Self {
         self.evictions = enabled;
         self

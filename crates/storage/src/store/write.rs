@@ -521,7 +521,7 @@ impl Store {
 
     /// memcached `flush_all`, with `oldest_live` already converted by the server.
     /// Items stored at or before `oldest_live` (or, for an immediate flush, with a CAS
-    /// older than the flush) read as [`Lookup::Flushed`] once `oldest_live <= now`.
+    /// older than the flush) read as [`Lookup::Flushed`](crate::Lookup::Flushed) once `oldest_live <= now`.
     pub fn flush_all(&self, oldest_live: RelTime, now: RelTime) {
         let f = &self.flush.0;
         if oldest_live <= now {
