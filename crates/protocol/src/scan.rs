@@ -232,7 +232,7 @@ fn find_delimiter_swar(s: &[u8], from: usize) -> Option<usize> {
 /// Index of the first `byte` in `s[from..]`, `s.len()` when there is none: for
 /// short haystacks (a key in a multi-get line), where a `memchr` call costs more
 /// than the scan. 16 bytes at a time on x86-64 (see `sse2`); elsewhere, and for
-/// lines shorter than 16 bytes, [`find_byte_or_end_swar`].
+/// lines shorter than 16 bytes, `find_byte_or_end_swar`.
 #[inline(always)]
 #[must_use]
 pub fn find_byte_or_end(s: &[u8], from: usize, byte: u8) -> usize {
