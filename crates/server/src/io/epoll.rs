@@ -16,11 +16,13 @@ use anyhow::{Context, Result};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::io::worker::{admit, clear_wake, IdleScan, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS};
 use crate::config::IoBackend;
 use crate::io::net::{Listener, Stream};
 use crate::io::spin::AdaptiveSpin;
 use crate::io::udp::UdpEndpoint;
+use crate::io::worker::{
+    admit, clear_wake, IdleScan, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
+};
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
 use crate::session::conn::{Conn, Status};
@@ -416,4 +418,3 @@ impl Worker {
         }
     }
 }
-

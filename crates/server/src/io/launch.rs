@@ -11,8 +11,8 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;

@@ -38,10 +38,12 @@ use ring::{Config, Event, Ring};
 use socket2::SockRef;
 
 use crate::config::IoBackend;
-use crate::io::worker::{admit, clear_wake, IdleScan, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS};
 use crate::io::net::Listener;
 use crate::io::spin::AdaptiveSpin;
 use crate::io::udp::UdpEndpoint;
+use crate::io::worker::{
+    admit, clear_wake, IdleScan, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
+};
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
 use crate::session::conn::{Conn, Status};

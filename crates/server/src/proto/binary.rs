@@ -22,7 +22,8 @@
 //! connection, dropping the replies memcached had not flushed yet.
 
 use protocol::binary::{
-    opcode, write_response_header, Header, Status, HEADER_LEN, MAX_KEY_LEN, REQUEST_MAGIC,
+    decode_request, opcode, write_response_header, Command, Decode, Header, Status, StoreKind,
+    HEADER_LEN,
 };
 use storage::{MetaArith, MetaStore, StoreMode, StoreOutcome};
 
@@ -73,19 +74,30 @@ pub fn step_with(
     out: &mut Vec<u8>,
     flush_mark: &mut usize,
 ) -> BinaryStep {
-    let Some(header) = Header::parse(input) else {
-        return BinaryStep::Incomplete;
+    let r = match decode_request(input) {
+        Decode::Incomplete => return BinaryStep::Incomplete,
+        Decode::BadMagic => {
+            // memcached closes at once; what it had not flushed is lost.
+            out.truncate((*flush_mark).min(out.len()));
+            exec.drop_output_after(out.len());
+            return BinaryStep::CloseAfterWrite(0);
+        }
+        Decode::BodyTooShort(header) => {
+            let mut req = Request {
+                exec,
+                header,
+                input,
+                head_len: header.head_len(),
+                out,
+                flush_mark,
+            };
+            req.error(Status::UnknownCommand);
+            return BinaryStep::CloseAfterWrite(header.head_len());
+        }
+        Decode::Request(r) => r,
     };
-    if header.magic != REQUEST_MAGIC {
-        // memcached closes at once; what it had not flushed is lost.
-        out.truncate((*flush_mark).min(out.len()));
-        exec.drop_output_after(out.len());
-        return BinaryStep::CloseAfterWrite(0);
-    }
-    let head_len = HEADER_LEN + header.extras_and_key_len();
-    if input.len() < head_len {
-        return BinaryStep::Incomplete;
-    }
+    let header = r.header;
+    let head_len = r.head_len();
     let mut req = Request {
         exec,
         header,
@@ -94,109 +106,87 @@ pub fn step_with(
         out,
         flush_mark,
     };
-    let key_len = usize::from(header.key_len);
-    let ext_len = usize::from(header.extras_len);
-    if header.value_len().is_none() {
-        req.error(Status::UnknownCommand);
-        return BinaryStep::CloseAfterWrite(head_len);
-    }
-    if sasl.is_some() && !session.authenticated && !sasl_exempt(header.opcode) {
+    if sasl.is_some() && !session.authenticated && !r.allowed_unauthenticated() {
         req.error(Status::AuthError);
         return BinaryStep::CloseAfterWrite(head_len);
     }
-    if key_len > MAX_KEY_LEN {
-        return req.protocol_error();
-    }
-    let body_len = header.body_len as usize;
-    let (op, quiet) = opcode::unquiet(header.opcode);
-    match op {
-        opcode::VERSION if ext_len == 0 && key_len == 0 && body_len == 0 => {
+    let quiet = r.quiet;
+    match r.command {
+        Command::Version => {
             req.success(0, 0, crate::config::VERSION.as_bytes(), quiet);
             BinaryStep::Consumed(head_len)
         }
-        opcode::FLUSH if key_len == 0 && body_len == ext_len && (ext_len == 0 || ext_len == 4) => {
-            req.flush(quiet);
+        Command::Flush { exptime } => {
+            req.flush(exptime, quiet);
             BinaryStep::Consumed(head_len)
         }
-        opcode::NOOP if ext_len == 0 && key_len == 0 && body_len == 0 => {
+        Command::Noop => {
             req.success(0, 0, b"", false);
             req.flushed();
             BinaryStep::Consumed(head_len)
         }
-        opcode::SET | opcode::ADD | opcode::REPLACE if ext_len == 8 && key_len != 0 => {
-            req.update(op, quiet)
-        }
-        opcode::APPEND | opcode::PREPEND if ext_len == 0 && key_len != 0 => req.update(op, quiet),
-        opcode::GET | opcode::GETK if ext_len == 0 && body_len == key_len && key_len > 0 => {
-            req.get_or_touch(op, quiet);
+        Command::Store {
+            mode,
+            flags,
+            exptime,
+        } => req.update(Update::Whole(mode), flags, exptime, quiet),
+        Command::Concat { append } => req.update(Update::Concat { append }, 0, 0, quiet),
+        Command::Get { with_key } => {
+            req.get_or_touch(with_key, true, None, quiet);
             BinaryStep::Consumed(head_len)
         }
-        opcode::TOUCH | opcode::GAT | opcode::GATK if ext_len == 4 && key_len != 0 => {
-            req.get_or_touch(op, quiet);
+        Command::Touch { exptime } => {
+            req.get_or_touch(false, false, Some(exptime), quiet);
             BinaryStep::Consumed(head_len)
         }
-        opcode::DELETE if key_len > 0 && ext_len == 0 && body_len == key_len => {
+        Command::Gat { with_key, exptime } => {
+            req.get_or_touch(with_key, true, Some(exptime), quiet);
+            BinaryStep::Consumed(head_len)
+        }
+        Command::Delete => {
             req.delete(quiet);
             BinaryStep::Consumed(head_len)
         }
-        opcode::INCREMENT | opcode::DECREMENT
-            if key_len > 0 && ext_len == 20 && body_len == key_len + 20 =>
-        {
-            req.arith(op == opcode::INCREMENT, quiet);
+        Command::Arith {
+            incr,
+            delta,
+            initial,
+            expiration,
+        } => {
+            req.arith(incr, delta, initial, expiration, quiet);
             BinaryStep::Consumed(head_len)
         }
-        opcode::STAT if ext_len == 0 => {
+        Command::Stat => {
             req.stat();
             BinaryStep::Consumed(head_len)
         }
-        opcode::QUIT if key_len == 0 && ext_len == 0 && body_len == 0 => {
+        Command::Quit => {
             req.success(0, 0, b"", quiet);
             BinaryStep::CloseAfterWrite(head_len)
         }
-        opcode::SASL_LIST_MECHS if ext_len == 0 && key_len == 0 && body_len == 0 => {
+        Command::SaslListMechs => {
             if sasl.is_none() {
-                return req.error_swallow(Status::UnknownCommand, body_len - key_len);
+                return req.error_swallow(Status::UnknownCommand, 0);
             }
             req.success(0, 0, SASL_MECHS, false);
             BinaryStep::Consumed(head_len)
         }
-        opcode::SASL_AUTH | opcode::SASL_STEP if ext_len == 0 && key_len != 0 => match sasl {
-            None => req.error_swallow(Status::UnknownCommand, body_len - key_len),
+        Command::SaslAuth | Command::SaslStep => match sasl {
+            None => req.error_swallow(Status::UnknownCommand, r.value_len()),
             Some(sasl) => req.sasl_auth(sasl, session),
         },
-        opcode::VERSION
-        | opcode::FLUSH
-        | opcode::NOOP
-        | opcode::SET
-        | opcode::ADD
-        | opcode::REPLACE
-        | opcode::APPEND
-        | opcode::PREPEND
-        | opcode::GET
-        | opcode::GETK
-        | opcode::TOUCH
-        | opcode::GAT
-        | opcode::GATK
-        | opcode::DELETE
-        | opcode::INCREMENT
-        | opcode::DECREMENT
-        | opcode::STAT
-        | opcode::QUIT
-        | opcode::SASL_LIST_MECHS
-        | opcode::SASL_AUTH
-        | opcode::SASL_STEP => req.protocol_error(),
+        Command::Malformed => req.protocol_error(),
         // memcached swallows `body length` bytes counted from after the
         // extras and key it has already read (an overshoot we copy).
-        _ => req.error_swallow(Status::UnknownCommand, body_len),
+        Command::Unknown => req.error_swallow(Status::UnknownCommand, header.body_len as usize),
     }
 }
 
-/// Commands an unauthenticated connection may send when SASL is on.
-fn sasl_exempt(op: u8) -> bool {
-    matches!(
-        op,
-        opcode::SASL_LIST_MECHS | opcode::SASL_AUTH | opcode::SASL_STEP | opcode::VERSION
-    )
+/// What a binary storage command does with its value.
+#[derive(Clone, Copy)]
+enum Update {
+    Whole(StoreKind),
+    Concat { append: bool },
 }
 
 /// One dispatched request: its header, where its parts lie in the input,
@@ -212,23 +202,8 @@ struct Request<'e, 'a, 'i, 'o> {
 }
 
 impl Request<'_, '_, '_, '_> {
-    fn extras(&self) -> &[u8] {
-        &self.input[HEADER_LEN..HEADER_LEN + usize::from(self.header.extras_len)]
-    }
-
     fn key(&self) -> &[u8] {
         &self.input[HEADER_LEN + usize::from(self.header.extras_len)..self.head_len]
-    }
-
-    fn extra_u32(&self, at: usize) -> u32 {
-        let e = self.extras();
-        u32::from_be_bytes([e[at], e[at + 1], e[at + 2], e[at + 3]])
-    }
-
-    fn extra_u64(&self, at: usize) -> u64 {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&self.extras()[at..at + 8]);
-        u64::from_be_bytes(b)
     }
 
     /// A binary expiration: unsigned, so never "already expired" as a
@@ -303,16 +278,17 @@ impl Request<'_, '_, '_, '_> {
         BinaryStep::CloseAfterWrite(self.head_len)
     }
 
-    fn get_or_touch(&mut self, op: u8, quiet: bool) {
-        let touch = matches!(op, opcode::TOUCH | opcode::GAT | opcode::GATK);
-        let return_key = matches!(op, opcode::GETK | opcode::GATK);
-        let return_value = op != opcode::TOUCH;
+    /// GET/GETK, TOUCH and GAT/GATK: `touch` is the new exptime of a touch.
+    fn get_or_touch(
+        &mut self,
+        return_key: bool,
+        return_value: bool,
+        touch: Option<u32>,
+        quiet: bool,
+    ) {
         let now = self.now();
-        let exptime = if touch {
-            self.realtime(self.extra_u32(0))
-        } else {
-            0
-        };
+        let exptime = touch.map_or(0, |t| self.realtime(t));
+        let touch = touch.is_some();
         let key_start = HEADER_LEN + usize::from(self.header.extras_len);
         let input = self.input;
         let key = &input[key_start..self.head_len];
@@ -358,19 +334,13 @@ impl Request<'_, '_, '_, '_> {
     }
 
     /// set/add/replace (extras: flags, exptime) and append/prepend (no extras).
-    fn update(&mut self, op: u8, quiet: bool) -> BinaryStep {
+    fn update(&mut self, what: Update, flags: u32, exptime: u32, quiet: bool) -> BinaryStep {
         let value_len = self.header.value_len().unwrap_or(0);
-        let concat = matches!(op, opcode::APPEND | opcode::PREPEND);
-        let (flags, exptime) = if concat {
-            (0, 0)
-        } else {
-            (self.extra_u32(0), self.extra_u32(4))
-        };
+        let is_set = matches!(what, Update::Whole(StoreKind::Set));
         let item_size_max = self.exec.shared.settings.memcached_item_limit();
         let key_len = usize::from(self.header.key_len);
         if !memcached_item_fits(item_size_max, key_len, flags, value_len) {
-            self.exec
-                .refuse_too_large(self.key(), op == opcode::SET, true);
+            self.exec.refuse_too_large(self.key(), is_set, true);
             return self.error_swallow(Status::TooLarge, value_len);
         }
         let total = self.header.packet_len();
@@ -386,13 +356,13 @@ impl Request<'_, '_, '_, '_> {
         // cas to set it in), so they are plain stores.
         let cas_in = exec.shared.settings.item_cas(self.header.cas);
         let exptime = self.realtime(exptime);
-        let unlink_old = op == opcode::SET;
-        let (outcome, cas) = if concat {
+        let unlink_old = is_set;
+        let (outcome, cas) = if let Update::Concat { append } = what {
             // memcached refuses an append/prepend whose CAS is not the item's; the
             // check is made under the lock that appends.
             exec.store_checked(
                 MetaStore {
-                    mode: if op == opcode::APPEND {
+                    mode: if append {
                         StoreMode::Append
                     } else {
                         StoreMode::Prepend
@@ -408,10 +378,10 @@ impl Request<'_, '_, '_, '_> {
                 unlink_old,
             )
         } else {
-            let mode = match op {
+            let mode = match what {
                 _ if cas_in != 0 => StoreMode::Cas(cas_in),
-                opcode::SET => StoreMode::Set,
-                opcode::ADD => StoreMode::Add,
+                Update::Whole(StoreKind::Set) => StoreMode::Set,
+                Update::Whole(StoreKind::Add) => StoreMode::Add,
                 _ => StoreMode::Replace,
             };
             exec.store_value(mode, key, None, flags, exptime, value, unlink_old)
@@ -420,9 +390,9 @@ impl Request<'_, '_, '_, '_> {
             StoreOutcome::Stored => self.success(cas, 0, b"", quiet),
             StoreOutcome::Exists => self.error(Status::KeyExists),
             StoreOutcome::NotFound => self.error(Status::KeyNotFound),
-            StoreOutcome::NotStored => self.error(match op {
-                opcode::ADD => Status::KeyExists,
-                opcode::REPLACE => Status::KeyNotFound,
+            StoreOutcome::NotStored => self.error(match what {
+                Update::Whole(StoreKind::Add) => Status::KeyExists,
+                Update::Whole(StoreKind::Replace) => Status::KeyNotFound,
                 _ => Status::NotStored,
             }),
             StoreOutcome::TooLarge => self.error(Status::TooLarge),
@@ -447,10 +417,7 @@ impl Request<'_, '_, '_, '_> {
 
     /// INCREMENT/DECREMENT; extras: delta, initial value, expiration
     /// (`0xffffffff`: do not create a missing item).
-    fn arith(&mut self, incr: bool, quiet: bool) {
-        let delta = self.extra_u64(0);
-        let initial = self.extra_u64(8);
-        let expiration = self.extra_u32(16);
+    fn arith(&mut self, incr: bool, delta: u64, initial: u64, expiration: u32, quiet: bool) {
         let key_start = HEADER_LEN + usize::from(self.header.extras_len);
         let input = self.input;
         let key = &input[key_start..self.head_len];
@@ -483,12 +450,7 @@ impl Request<'_, '_, '_, '_> {
         }
     }
 
-    fn flush(&mut self, quiet: bool) {
-        let exptime = if self.header.extras_len == 4 {
-            self.extra_u32(0)
-        } else {
-            0
-        };
+    fn flush(&mut self, exptime: u32, quiet: bool) {
         let at = (exptime > 0).then(|| self.realtime(exptime));
         if self.exec.flush_all(at, false) {
             self.success(0, 0, b"", quiet);
@@ -614,7 +576,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    use protocol::binary::{frame_packet, write_request};
+    use protocol::binary::{frame_packet, write_request, REQUEST_MAGIC};
 
     use crate::state::Shared;
     use crate::stats::WorkerStats;
@@ -774,13 +736,5 @@ mod tests {
         let get = packet(opcode::GET, b"", b"key", b"");
         let (_, r) = run(&shared, &stats, None, &mut s, &get);
         assert_eq!(r, vec![(1, b"Not found".to_vec())]);
-    }
-
-    #[test]
-    fn sasl_exempt_commands() {
-        assert!(sasl_exempt(opcode::VERSION));
-        assert!(sasl_exempt(opcode::SASL_AUTH));
-        assert!(!sasl_exempt(opcode::GET));
-        assert!(!sasl_exempt(opcode::NOOP));
     }
 }
