@@ -184,6 +184,16 @@ impl Gen {
         TTLS[self.rng.below(TTLS.len() as u64) as usize]
     }
 
+    /// An `R` (recache) token: an item wins when its remaining TTL is below it. Never one
+    /// of the TTLs of [`Gen::ttl`]: a TTL of 1000 is 1000 left in the second it was set
+    /// and 999 after the server's clock ticks, so `R1000` would win or not by where each
+    /// server's clock ticks. These are each well above or below a TTL (one draw, as
+    /// `ttl` makes, so the rest of a stream is what its seed gave before).
+    fn recache(&mut self) -> &'static str {
+        const RECACHE: [&str; 6] = ["0", "500", "-1", "50000", "2000", "200000"];
+        RECACHE[self.rng.below(RECACHE.len() as u64) as usize]
+    }
+
     fn value(&mut self) -> Vec<u8> {
         if self.rng.chance(0.4) {
             self.rng.range(0, 30000).to_string().into_bytes()
@@ -240,6 +250,8 @@ impl Gen {
             "T" | "N" | "R" => {
                 let t = if self.rng.chance(0.05) {
                     "x"
+                } else if f == "R" {
+                    self.recache()
                 } else {
                     self.ttl()
                 };
