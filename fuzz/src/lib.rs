@@ -2,9 +2,10 @@
 //!
 //! A tour:
 //! - [`text_parse`] (`text.rs`): `frame_line` + `parse_request` on arbitrary bytes.
-//! - [`conn_chunks`] (`text.rs`): the server's framing loop (line, then `len + 2`
-//!   data bytes) fed the same bytes split at different points must see the same
-//!   requests.
+//! - [`conn_chunks`] (`text.rs`): the server's real connection
+//!   (`ferrocache_server::session::Conn`, on a fresh in-process store) fed the same
+//!   bytes whole and split at points the input chooses must write the same replies
+//!   and end in the same status.
 //! - [`compose_parse`] (`compose.rs`): requests composed by `protocol::client`
 //!   parse back, with `protocol::text`, to the same fields.
 //! - [`meta_parse`] (`meta.rs`): the meta protocol: the framing loop over meta

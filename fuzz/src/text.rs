@@ -1,6 +1,14 @@
 //! Targets on the server side of the text protocol: the line framer and the
-//! request parser, alone and driven by the connection's framing loop.
+//! request parser alone, and the server's connection fed the same bytes in
+//! different chunks.
 
+use ferrocache_server::ops::Exec;
+use ferrocache_server::reply::Sink;
+use ferrocache_server::session::{Conn, Status};
+use ferrocache_server::state::Shared;
+use std::collections::HashSet;
+
+use protocol::binary::REQUEST_MAGIC;
 use protocol::text::{
     frame_line, parse_request, LineFrame, Request, MAX_GET_LINE_BYTES, MAX_KEY_LEN,
     MAX_UNTERMINATED_LINE_BYTES,
@@ -85,140 +93,292 @@ fn check_key(line: &[u8], key: &[u8]) {
     assert!(k >= start && k + key.len() <= end, "key outside its line");
 }
 
-/// What the framing loop saw, owned, so runs over different buffers compare.
-#[derive(Debug, PartialEq, Eq)]
-enum Event {
-    /// A request line starting at stream offset `at` (its parse, keys spelled
-    /// out) and, for storage commands, the `len + 2` bytes that followed it.
-    Request {
-        at: usize,
-        parsed: String,
-        data: Option<Vec<u8>>,
-    },
-    /// `frame_line` said to close: an over-long unterminated line from `at`.
-    CloseLongLine { at: usize },
-    /// The request closes the connection (`quit`, an HTTP line).
-    Closed,
+/// The server's settings for [`conn_chunks`]: one worker; 1 KiB items, so a larger
+/// value is refused and its data block swallowed; little memory; and no `-R` yield,
+/// whose flush point would depend on how many requests one read held.
+const CONN_FLAGS: [&str; 9] = [
+    "ferrocache",
+    "-t",
+    "1",
+    "-m",
+    "8",
+    "-I",
+    "1k",
+    "-R",
+    "1000000",
+];
+
+/// A fresh server state, nothing stored.
+fn fresh_shared() -> Shared {
+    Shared::from_args(CONN_FLAGS).expect("conn_chunks settings")
 }
 
-/// The server connection's framing loop (`crates/server/src/conn.rs`): frame a
-/// line, parse it; a storage command waits until its `len + 2` data bytes are
-/// buffered and consumes them. `chunks` arrive one read at a time.
-fn frame_stream<'a>(chunks: impl Iterator<Item = &'a [u8]>) -> Vec<Event> {
-    let mut buf: Vec<u8> = Vec::new();
-    // Stream offset of buf[0].
-    let mut base = 0;
-    let mut events = Vec::new();
-    for chunk in chunks {
-        buf.extend_from_slice(chunk);
-        let mut pos = 0;
+/// What one connection answered to the whole input.
+struct Run {
+    /// Every byte written back, in order.
+    out: Vec<u8>,
+    /// The last `process` status.
+    status: Status,
+    /// Whether the connection closed on a line longer than
+    /// [`MAX_UNTERMINATED_LINE_BYTES`] with no newline yet.
+    long_line: bool,
+}
+
+/// Feed `input` to a real [`Conn`] in `chunks`, one socket read each, as the epoll
+/// backend does: read while the output is not backed up and the read limit allows,
+/// run `process_single_get` or else `process`, write all the output, and go on while
+/// input is left or processing stalled on the output. Stops at a close.
+fn drive<'a>(shared: &Shared, input: &'a [u8], chunks: impl Iterator<Item = &'a [u8]>) -> Run {
+    let exec = Exec {
+        shared,
+        stats: shared.worker_stats(0),
+        sink: Sink::COPY,
+    };
+    let mut conn = Conn::new();
+    let mut out = Vec::new();
+    let mut status = Status::Open;
+    let mut fed = 0;
+    'reads: for mut chunk in chunks {
         loop {
-            let input = &buf[pos..];
-            let at = base + pos;
-            let (end, next) = match frame_line(input) {
-                LineFrame::Line { end, next } => (end, next),
-                LineFrame::Incomplete => break,
-                LineFrame::Close => {
-                    events.push(Event::CloseLongLine { at });
-                    return events;
-                }
+            let mut read = 0;
+            while !chunk.is_empty() && !conn.output_blocked() && conn.buffered() < conn.read_limit()
+            {
+                let space = conn.read_space();
+                let n = space.len().min(chunk.len());
+                space[..n].copy_from_slice(&chunk[..n]);
+                conn.filled(n);
+                chunk = &chunk[n..];
+                read += n;
+            }
+            fed += read;
+            let before = (out.len(), conn.buffered());
+            status = match conn.process_single_get(&exec) {
+                Some(status) => status,
+                None => conn.process(&exec),
             };
-            let request = parse_request(&input[..end]);
-            let parsed = describe(&request);
-            match request {
-                Request::Store { len, .. } => {
-                    let total = next + len + 2;
-                    if input.len() < total {
-                        break;
+            let n = conn.output().len();
+            out.extend_from_slice(conn.output());
+            conn.written(n);
+            if status != Status::Open {
+                break 'reads;
+            }
+            if conn.stalled_on_output() {
+                continue;
+            }
+            if chunk.is_empty() {
+                break;
+            }
+            assert!(
+                read > 0 || before != (out.len(), conn.buffered()),
+                "no progress with {} bytes of a read left",
+                chunk.len()
+            );
+        }
+    }
+    // What the connection still held unparsed when it closed.
+    let held = &input[fed - conn.buffered()..fed];
+    let long_line = status == Status::Close
+        && held.len() > MAX_UNTERMINATED_LINE_BYTES
+        && !held.contains(&b'\n');
+    Run {
+        out,
+        status,
+        long_line,
+    }
+}
+
+/// Replace what differs between two runs of the same requests on two fresh servers
+/// but does not depend on the requests: the process's CPU time in `stats` (text
+/// `STAT rusage_user 0.001234`, and the binary STAT packets), masked digit by
+/// digit; and the order of `lru_crawler metadump` lines, which follows each
+/// store's random hash seed, sorted.
+fn normalize(out: &[u8]) -> Vec<u8> {
+    let mut masked = out.to_vec();
+    for name in [&b"rusage_user"[..], b"rusage_system"] {
+        let mut at = 0;
+        while let Some(i) = find(&masked[at..], name) {
+            let mut j = at + i + name.len();
+            while masked.get(j) == Some(&b' ') {
+                j += 1;
+            }
+            while let Some(b) = masked
+                .get_mut(j)
+                .filter(|b| b.is_ascii_digit() || **b == b'.')
+            {
+                *b = b'#';
+                j += 1;
+            }
+            at = j;
+        }
+    }
+    let mut result = Vec::with_capacity(masked.len());
+    let mut dump: Vec<&[u8]> = Vec::new();
+    for line in masked.split_inclusive(|&b| b == b'\n') {
+        if line.starts_with(b"key=") && line.ends_with(b"\n") {
+            dump.push(line);
+            continue;
+        }
+        dump.sort_unstable();
+        dump.drain(..).for_each(|l| result.extend_from_slice(l));
+        result.extend_from_slice(line);
+    }
+    dump.sort_unstable();
+    dump.drain(..).for_each(|l| result.extend_from_slice(l));
+    result
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The server's connection ([`Conn`], the code the backends run) fed the same
+/// bytes twice, each time on a fresh server: whole, and in chunks whose sizes come
+/// from the first four input bytes. Both must write the same bytes back and end
+/// in the same status, and nothing may panic. The input decides what runs: text,
+/// meta or (first byte 0x80) binary requests, pipelined batches parsed ahead, lone
+/// gets on the fast path, data blocks complete or cut, values refused as too large
+/// (over 1 KiB) and swallowed, output backpressure.
+///
+/// The allowed differences are memcached's own, where its answer depends on how
+/// much arrived at once: a buffer of more than [`MAX_UNTERMINATED_LINE_BYTES`]
+/// with no newline closes the connection, so one run may stop early; and replies
+/// not yet flushed when a request drops them (a `get` with a key over 250 bytes, a
+/// binary packet with a bad magic byte) are kept by a run whose read ended before
+/// that request. [`Reconcile`] checks that the outputs differ in no other way.
+pub fn conn_chunks(data: &[u8]) {
+    let (control, input) = data.split_at(data.len().min(4));
+    let sizes: Vec<usize> = control.iter().map(|&b| usize::from(b) + 1).collect();
+    // Two stores, so each run starts empty; made in the same second, so times
+    // such as `stats time` or an absolute expiry read the same in both.
+    let (a, b) = loop {
+        let (a, b) = (fresh_shared(), fresh_shared());
+        if a.clock.process_started() == b.clock.process_started() {
+            break (a, b);
+        }
+    };
+    let whole = drive(&a, input, std::iter::once(input));
+    let split = drive(
+        &b,
+        input,
+        Chunks {
+            rest: input,
+            sizes: &sizes,
+            i: 0,
+        },
+    );
+    let (whole_out, split_out) = (normalize(&whole.out), normalize(&split.out));
+    if whole.status == split.status && whole_out == split_out {
+        return;
+    }
+    let early = whole.long_line || split.long_line;
+    let binary_close = input.first() == Some(&REQUEST_MAGIC)
+        && whole.status == Status::CloseAfterWrite
+        && split.status == Status::CloseAfterWrite;
+    let explained = (early || whole.status == split.status)
+        && Reconcile {
+            x: &whole_out,
+            y: &split_out,
+            x_tail: whole.long_line || binary_close,
+            y_tail: split.long_line || binary_close,
+            x_closed_early: whole.long_line,
+            y_closed_early: split.long_line,
+            tried: HashSet::new(),
+        }
+        .explains(0, 0);
+    assert!(
+        explained,
+        "the whole and the split input were answered differently\n whole ({:?}{}): {}\n split ({:?}{}): {}",
+        whole.status,
+        if whole.long_line { ", long line" } else { "" },
+        whole_out.escape_ascii(),
+        split.status,
+        if split.long_line { ", long line" } else { "" },
+        split_out.escape_ascii()
+    );
+}
+
+/// The reply memcached writes after dropping every reply it had not yet flushed
+/// (a `get` with a key over 250 bytes).
+const DROPPED_BEFORE: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
+
+/// Whether two runs' outputs `x` and `y` differ only where memcached's own
+/// behaviour depends on how the input arrived:
+/// - replies not yet flushed are dropped before [`DROPPED_BEFORE`], and a read
+///   boundary is a flush point, so one run may lack some replies the other has
+///   just before that line;
+/// - the same before the close on a binary packet with a bad magic byte: one run
+///   may lack a tail of the other's output (`x_tail`/`y_tail`: `x`/`y` may end
+///   where the other goes on);
+/// - a run that closed on an over-long line (`x_closed_early`/`y_closed_early`)
+///   wrote no more, so the other may have a tail, or have dropped before
+///   [`DROPPED_BEFORE`] some replies that the closed run wrote at its end.
+struct Reconcile<'a> {
+    x: &'a [u8],
+    y: &'a [u8],
+    x_tail: bool,
+    y_tail: bool,
+    x_closed_early: bool,
+    y_closed_early: bool,
+    /// Alignments already tried, so the search stays polynomial.
+    tried: HashSet<(usize, usize)>,
+}
+
+impl Reconcile<'_> {
+    /// Whether `x[i..]` and `y[j..]` reconcile.
+    fn explains(&mut self, mut i: usize, mut j: usize) -> bool {
+        if !self.tried.insert((i, j)) {
+            return false;
+        }
+        let (x, y) = (self.x, self.y);
+        let start = (i, j);
+        while i < x.len() && j < y.len() && x[i] == y[j] {
+            i += 1;
+            j += 1;
+        }
+        if i == x.len() && j == y.len() {
+            return true;
+        }
+        if (i == x.len() && self.x_tail) || (j == y.len() && self.y_tail) {
+            return true;
+        }
+        // Where the drop began: at the mismatch, or inside a prefix of
+        // `DROPPED_BEFORE` that both still shared.
+        let back = (i - start.0).min(DROPPED_BEFORE.len() - 1);
+        for k in 0..=back {
+            let (p, q) = (i - k, j - k);
+            if x[p..].starts_with(DROPPED_BEFORE) {
+                // `x` dropped what `y` wrote from `q` to its next such line.
+                if self.y_closed_early {
+                    return true;
+                }
+                for r in occurrences(y, q, DROPPED_BEFORE) {
+                    if self.explains(p, r) {
+                        return true;
                     }
-                    let data = Some(input[next..total].to_vec());
-                    events.push(Event::Request { at, parsed, data });
-                    pos += total;
                 }
-                Request::Quit | Request::Close => {
-                    events.push(Event::Request {
-                        at,
-                        parsed,
-                        data: None,
-                    });
-                    events.push(Event::Closed);
-                    return events;
+            }
+            if y[q..].starts_with(DROPPED_BEFORE) {
+                if self.x_closed_early {
+                    return true;
                 }
-                _ => {
-                    events.push(Event::Request {
-                        at,
-                        parsed,
-                        data: None,
-                    });
-                    pos += next;
+                for r in occurrences(x, p, DROPPED_BEFORE) {
+                    if self.explains(r, q) {
+                        return true;
+                    }
                 }
             }
         }
-        buf.drain(..pos);
-        base += pos;
-    }
-    events
-}
-
-/// A request as text, with a `get`'s keys listed (its key iterator's `Debug`
-/// would show offsets).
-fn describe(request: &Request<'_>) -> String {
-    match request {
-        Request::Get {
-            command,
-            exptime,
-            keys,
-        } => {
-            let keys: Vec<&[u8]> = keys.clone().collect();
-            format!("Get {command:?} {exptime} {keys:?}")
-        }
-        other => format!("{other:?}"),
+        false
     }
 }
 
-/// The framing loop fed the same bytes whole, one byte at a time, and in
-/// chunks whose sizes come from the first four input bytes, must see the same
-/// events. The one allowed difference is memcached's: a buffer of more than
-/// [`MAX_UNTERMINATED_LINE_BYTES`] with no newline closes the connection, and
-/// whether that happens depends on how much arrived at once; then the events
-/// before the close must agree, and the line at that point must really be that
-/// long.
-pub fn conn_chunks(data: &[u8]) {
-    let (control, input) = data.split_at(data.len().min(4));
-    let whole = frame_stream(std::iter::once(input));
-    let bytes = frame_stream(input.chunks(1));
-    let sizes: Vec<usize> = control.iter().map(|&b| usize::from(b) + 1).collect();
-    let chunked = frame_stream(Chunks {
-        rest: input,
-        sizes: &sizes,
-        i: 0,
-    });
-    for split in [&bytes, &chunked] {
-        if split == &whole {
-            continue;
-        }
-        let last = split.len() - 1;
-        let Some(&Event::CloseLongLine { at }) = split.last() else {
-            panic!("split stream differs:\n whole: {whole:?}\n split: {split:?}");
-        };
-        assert!(
-            whole.len() > last,
-            "split stream closed where the whole one ended"
-        );
-        assert_eq!(
-            &split[..last],
-            &whole[..last],
-            "events before the close differ"
-        );
-        let line_len = input[at..]
-            .iter()
-            .position(|&b| b == b'\n')
-            .unwrap_or(input.len() - at);
-        assert!(
-            line_len > MAX_UNTERMINATED_LINE_BYTES,
-            "closed on a line of only {line_len} bytes"
-        );
-    }
+/// Offsets at or after `from` where `needle` starts in `haystack`.
+fn occurrences<'h>(
+    haystack: &'h [u8],
+    from: usize,
+    needle: &'h [u8],
+) -> impl Iterator<Item = usize> + 'h {
+    (from..haystack.len()).filter(move |&r| haystack[r..].starts_with(needle))
 }
 
 /// Splits input into pieces of the given sizes, cycling.
