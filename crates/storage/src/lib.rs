@@ -51,6 +51,7 @@ mod arith;
 mod evict;
 mod index;
 mod item;
+pub mod memcached;
 pub mod meta;
 mod pin;
 mod pool;

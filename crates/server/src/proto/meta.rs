@@ -555,7 +555,7 @@ fn meta_debug(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
             it.value().len(),
             exec.shared.settings.cas_enabled,
         );
-        push_num(out, memcached_slab_class(size, it.key().len(), it.flags()));
+        push_num(out, crate::ops::item::memcached_slab_class(size, it.key().len(), it.flags()));
         out.extend_from_slice(b" size=");
         push_num(out, size);
         out.extend_from_slice(CRLF);
@@ -567,51 +567,3 @@ fn meta_debug(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     exec.count_meta_debug(first);
 }
 
-/// The slab class memcached 1.6 (default `-n 48 -f 1.25`, 1 MiB pages) would keep an
-/// item of `size` bytes in. Items over half a page are chunked; memcached then reports
-/// the class of the item's header, which is estimated here. ferrocache has no slabs; the
-/// number only keeps `me` output familiar.
-fn memcached_slab_class(size: usize, key_len: usize, flags: u32) -> u32 {
-    const CHUNK_SIZE_MAX: usize = 512 * 1024;
-    let mut size = if size > CHUNK_SIZE_MAX {
-        // Header, key, suffix, CAS and the first chunk pointer block.
-        48 + key_len + 1 + if flags != 0 { 4 } else { 0 } + 8 + 32
-    } else {
-        size
-    };
-    if size == 0 {
-        size = 1;
-    }
-    let mut class_size: u32 = 96;
-    let mut class = 1;
-    loop {
-        if f64::from(class_size) >= CHUNK_SIZE_MAX as f64 / 1.25 {
-            // The largest class holds up to half a page.
-            return class;
-        }
-        let aligned = class_size.next_multiple_of(8);
-        if size <= aligned as usize {
-            return class;
-        }
-        class_size = (f64::from(aligned) * 1.25) as u32;
-        class += 1;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slab_classes_follow_memcached_defaults() {
-        // memcached 1.6 -f 1.25: 96, 120, 152, 192, 240, 304, ...
-        assert_eq!(memcached_slab_class(61, 1, 0), 1);
-        assert_eq!(memcached_slab_class(96, 1, 0), 1);
-        assert_eq!(memcached_slab_class(97, 1, 0), 2);
-        assert_eq!(memcached_slab_class(120, 1, 0), 2);
-        assert_eq!(memcached_slab_class(121, 1, 0), 3);
-        assert_eq!(memcached_slab_class(152, 1, 0), 3);
-        assert_eq!(memcached_slab_class(153, 1, 0), 4);
-        assert!(memcached_slab_class(500_000, 1, 0) > 30);
-    }
-}

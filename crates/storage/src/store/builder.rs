@@ -27,13 +27,7 @@ pub const MAX_ITEM_SIZE_MAX_BYTES: usize = 1 << 30;
 /// Smallest segment; larger when the item size limit is larger.
 pub const MIN_SEGMENT_BYTES: usize = 1 << 20;
 
-/// memcached's per-item overhead in its "object too large" check: a 48-byte `item`,
-/// 8 bytes of CAS, the key's NUL and the value's `\r\n`. [`Store::item_fits`] uses it so
-/// that the size limit falls on exactly the same byte as memcached's.
-pub const MEMCACHED_ITEM_OVERHEAD_BYTES: usize = 59;
-
-/// The part of [`MEMCACHED_ITEM_OVERHEAD_BYTES`] that is the cas, absent under `-C`.
-pub const MEMCACHED_CAS_BYTES: usize = 8;
+pub use crate::memcached::{MEMCACHED_CAS_BYTES, MEMCACHED_ITEM_OVERHEAD_BYTES};
 
 const SEGMENT_ROUND_BYTES: usize = 4096;
 

@@ -115,7 +115,11 @@ impl Store {
     /// (51 without its cas, [`StoreBuilder::memcached_cas`]).
     /// The server can call this before reading a data block, to swallow an oversized one.
     pub fn item_fits(&self, key_len: usize, value_len: usize, flags: u32) -> bool {
-        let flag_bytes = if flags != 0 { item::FLAGS_BYTES } else { 0 };
+        let flag_bytes = if flags != 0 {
+            crate::memcached::MEMCACHED_FLAGS_BYTES
+        } else {
+            0
+        };
         (1..=MAX_KEY_BYTES).contains(&key_len)
             && value_len <= item::MAX_VALUE_BYTES
             && self.item_overhead + key_len + value_len + flag_bytes <= self.item_size_max

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::{KeyHash, Liveness, Peeked, Store};
+use crate::memcached::memcached_would_chunk;
 use crate::arith;
 use crate::index::{hash_key, pack, LockHeld, Shard, ShardStats};
 use crate::item::{self, Header, NewItem, MARK_ACCESSED, MARK_FETCHED};
@@ -665,13 +666,3 @@ pub(super) fn copy_key(dst: &mut [u8], key: &[u8]) {
     }
 }
 
-/// memcached stores an item whose total size exceeds its `slab_chunk_max`
-/// (512 KiB by default) in chunks, and refuses incr/decr on a chunked item as
-/// non-numeric whatever its digits. The total is memcached's: a 48-byte
-/// header, the key and its NUL, 4 bytes of flags when non-zero, the value and
-/// its `\r\n`, and the 8-byte cas.
-fn memcached_would_chunk(key_len: usize, has_flags: bool, value_len: usize) -> bool {
-    const MEMCACHED_SLAB_CHUNK_MAX_BYTES: usize = 512 * 1024;
-    let total = 48 + key_len + 1 + if has_flags { 4 } else { 0 } + value_len + 2 + 8;
-    total > MEMCACHED_SLAB_CHUNK_MAX_BYTES
-}
