@@ -126,7 +126,7 @@ struct Run {
 
 /// Feed `input` to a real [`Conn`] in `chunks`, one socket read each, as the epoll
 /// backend does: read while the output is not backed up and the read limit allows,
-/// run `process_single_get` or else `process`, write all the output, and go on while
+/// run `process`, write all the output, and go on while
 /// input is left or processing stalled on the output. Stops at a close.
 fn drive<'a>(shared: &Shared, input: &'a [u8], chunks: impl Iterator<Item = &'a [u8]>) -> Run {
     let exec = Exec {
@@ -152,10 +152,7 @@ fn drive<'a>(shared: &Shared, input: &'a [u8], chunks: impl Iterator<Item = &'a 
             }
             fed += read;
             let before = (out.len(), conn.buffered());
-            status = match conn.process_single_get(&exec) {
-                Some(status) => status,
-                None => conn.process(&exec),
-            };
+            status = conn.process(&exec);
             let n = conn.output().len();
             out.extend_from_slice(conn.output());
             conn.written(n);

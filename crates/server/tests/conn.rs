@@ -3,7 +3,7 @@
 //! No socket, no thread, no sleep. A [`Shared`] is built from a memcached command
 //! line, and a [`Conn`] is fed input in chosen chunks the way the epoll backend
 //! feeds it (read while output is not backed up and the read limit allows, then
-//! `process_single_get` or `process`, then write), until it makes no more
+//! `process`, then write), until it makes no more
 //! progress. Every test checks the exact bytes that come out.
 
 use ferrocache_server::ops::Exec;
@@ -46,12 +46,9 @@ impl<'a> Client<'a> {
         }
     }
 
-    /// One `process` call as the backends make it: the lone-get path first.
+    /// One `process` call, as the backends make it.
     fn process(&mut self) -> Status {
-        match self.conn.process_single_get(&self.exec) {
-            Some(status) => status,
-            None => self.conn.process(&self.exec),
-        }
+        self.conn.process(&self.exec)
     }
 
     /// Move everything waiting into `out`, as one write that takes it all.

@@ -15,7 +15,8 @@ pub const MEMCACHED_FLAGS_BYTES: usize = 4;
 
 /// memcached's per-item overhead in its "object too large" check: the header, the cas,
 /// the key's NUL and the value's `\r\n`.
-pub const MEMCACHED_ITEM_OVERHEAD_BYTES: usize = MEMCACHED_ITEM_HEADER_BYTES + MEMCACHED_CAS_BYTES + 1 + 2;
+pub const MEMCACHED_ITEM_OVERHEAD_BYTES: usize =
+    MEMCACHED_ITEM_HEADER_BYTES + MEMCACHED_CAS_BYTES + 1 + 2;
 
 /// memcached's largest slab chunk (`slab_chunk_max`, 512 KiB by default): a larger
 /// item is stored in chunks.
@@ -25,7 +26,12 @@ pub const MEMCACHED_SLAB_CHUNK_MAX_BYTES: usize = 512 * 1024;
 /// `has_flags`, the value and its `\r\n`, and the cas when `cas`.
 #[must_use]
 #[inline]
-pub const fn memcached_item_size(key_len: usize, has_flags: bool, value_len: usize, cas: bool) -> usize {
+pub const fn memcached_item_size(
+    key_len: usize,
+    has_flags: bool,
+    value_len: usize,
+    cas: bool,
+) -> usize {
     MEMCACHED_ITEM_HEADER_BYTES
         + key_len
         + 1
@@ -50,8 +56,14 @@ mod tests {
     #[test]
     fn overhead_is_the_size_of_an_empty_item_less_its_key() {
         assert_eq!(MEMCACHED_ITEM_OVERHEAD_BYTES, 59);
-        assert_eq!(memcached_item_size(0, false, 0, true), MEMCACHED_ITEM_OVERHEAD_BYTES);
-        assert_eq!(memcached_item_size(3, true, 10, false), 48 + 3 + 1 + 4 + 10 + 2);
+        assert_eq!(
+            memcached_item_size(0, false, 0, true),
+            MEMCACHED_ITEM_OVERHEAD_BYTES
+        );
+        assert_eq!(
+            memcached_item_size(3, true, 10, false),
+            48 + 3 + 1 + 4 + 10 + 2
+        );
     }
 
     #[test]

@@ -309,10 +309,7 @@ impl Worker {
             if read_any {
                 client.entry.touch(self.shared.clock.now());
             }
-            let status = match client.conn.process_single_get(&exec) {
-                Some(status) => status,
-                None => client.conn.process(&exec),
-            };
+            let status = client.conn.process(&exec);
             if status == Status::Close {
                 if let Some(splices) = &self.splices {
                     splices.borrow_mut().release(&self.shared.store);

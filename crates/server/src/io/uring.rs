@@ -582,10 +582,7 @@ fn drive_client(ring: &mut Ring, exec: &Exec<'_>, c: &mut Client, draining: bool
         start_send(ring, c);
     } else {
         loop {
-            let status = match c.conn.process_single_get(exec) {
-                Some(status) => status,
-                None => c.conn.process(exec),
-            };
+            let status = c.conn.process(exec);
             if status == Status::Close {
                 if let Some(splices) = exec.sink.splices {
                     splices.borrow_mut().release(&exec.shared.store);

@@ -555,7 +555,10 @@ fn meta_debug(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
             it.value().len(),
             exec.shared.settings.cas_enabled,
         );
-        push_num(out, crate::ops::item::memcached_slab_class(size, it.key().len(), it.flags()));
+        push_num(
+            out,
+            crate::ops::item::memcached_slab_class(size, it.key().len(), it.flags()),
+        );
         out.extend_from_slice(b" size=");
         push_num(out, size);
         out.extend_from_slice(CRLF);
@@ -566,4 +569,3 @@ fn meta_debug(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     // memcached counts `me` (only) in cmd_meta, once the line was accepted.
     exec.count_meta_debug(first);
 }
-

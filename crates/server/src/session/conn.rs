@@ -354,16 +354,30 @@ impl Conn {
         }
     }
 
-    /// [`Conn::process`] for the commonest input of all: exactly one one-key `get` or
-    /// `gets` on a text connection with nothing pending, as a client that waits for each
-    /// reply sends it. Runs it and returns `Status::Open`, or returns `None` having done
-    /// nothing, for `process` to take the input.
+    /// Execute every complete request in the input; returns what to do next. The one
+    /// call every backend makes after a read (UDP included), and what tests and the
+    /// `conn_chunks` fuzz target drive.
     ///
-    /// Going around `process` skips its set-up and its request loop: a 42-instruction
-    /// prologue (the loop's invariants spilled for its many paths), the state and mode
-    /// dispatch and the queue of requests parsed ahead, which a lone get never uses.
+    /// The commonest input of all, exactly one one-key `get` or `gets` on a text
+    /// connection with nothing pending (as a client that waits for each reply sends it),
+    /// goes around the request loop: inlined here, it skips the loop's set-up (its
+    /// invariants spilled for its many paths), the state and mode dispatch and the queue
+    /// of requests parsed ahead, which a lone get never uses. Over UDP every request
+    /// ends a message, which only the loop records.
     #[inline]
-    pub fn process_single_get(&mut self, exec: &Exec<'_>) -> Option<Status> {
+    pub fn process(&mut self, exec: &Exec<'_>) -> Status {
+        if !exec.sink.is_datagram() {
+            if let Some(status) = self.process_single_get(exec) {
+                return status;
+            }
+        }
+        self.process_batch(exec)
+    }
+
+    /// [`Conn::process`] of a lone one-key get: runs it and returns `Status::Open`, or
+    /// returns `None` having done nothing, for the request loop to take the input.
+    #[inline(always)]
+    fn process_single_get(&mut self, exec: &Exec<'_>) -> Option<Status> {
         if self.state != State::ReadLine
             || self.mode != Mode::Text
             || self.paused_get.is_some()
@@ -389,8 +403,9 @@ impl Conn {
         Some(Status::Open)
     }
 
-    /// Execute every complete request in the input; returns what to do next.
-    pub fn process(&mut self, exec: &Exec<'_>) -> Status {
+    /// [`Conn::process`]'s request loop: every complete request in the input.
+    #[inline(never)]
+    fn process_batch(&mut self, exec: &Exec<'_>) -> Status {
         self.reqs_this_event = 0;
         self.stalled = false;
         self.ahead.clear();

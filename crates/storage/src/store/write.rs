@@ -4,10 +4,10 @@
 use std::sync::atomic::Ordering;
 
 use super::{KeyHash, Liveness, Peeked, Store};
-use crate::memcached::memcached_would_chunk;
 use crate::arith;
 use crate::index::{hash_key, pack, LockHeld, Shard, ShardStats};
 use crate::item::{self, Header, NewItem, MARK_ACCESSED, MARK_FETCHED};
+use crate::memcached::memcached_would_chunk;
 use crate::pool::Reservation;
 use crate::table::Entry;
 use crate::{ArithOutcome, RelTime, StoreMode, StoreOutcome};
@@ -665,4 +665,3 @@ pub(super) fn copy_key(dst: &mut [u8], key: &[u8]) {
         dst[n - 8..].copy_from_slice(&key[n - 8..]);
     }
 }
-
