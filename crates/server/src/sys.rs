@@ -66,8 +66,8 @@ pub fn wait_for_shutdown_signal() -> i32 {
 ///
 /// glibc's `recv` and `send` are thread cancellation points: in a process with
 /// more than one thread, each call also switches asynchronous cancellation on and
-/// off around the system call, about 35 user-space instructions per call, 7 % of
-/// a whole single-key get. ferrocache never cancels a thread, so a connection's
+/// off around the system call, a cost comparable to a whole single-key get's own
+/// work. ferrocache never cancels a thread, so a connection's
 /// I/O goes through `syscall(2)`, which does nothing but the system call.
 pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`, which is
@@ -153,7 +153,7 @@ unsafe fn socket_io(
 
 /// System call `nr` with six arguments, made with the `syscall` instruction itself:
 /// glibc's `syscall(2)` is a variadic function that moves all seven arguments into
-/// place again, about 15 instructions a call with its stack argument, twice per get.
+/// place again, with a stack argument, twice per get.
 /// The kernel returns `-errno` in `rax` on failure.
 ///
 /// # Safety

@@ -48,8 +48,8 @@ pub(crate) fn unpack(entry: u64) -> (u32, u32) {
 /// one folds 16 bytes at a time into the seed while more than 16 remain, then reads its
 /// last 16 the same way. A last fold with the length mixes the pair.
 ///
-/// A 20-byte key costs three multiplies and no shifts: about 20 instructions, where
-/// the multiply-rotate rounds and the MurmurHash3 finaliser this replaced cost about 35.
+/// A 20-byte key costs three multiplies and no shifts, well under the multiply-rotate
+/// rounds and the MurmurHash3 finaliser this replaced (figures in docs/benchmarks.md).
 /// The table uses the low bits (bucket), bits 40 and up (shard) and the top 7 (tag).
 ///
 /// The seed is drawn at random per store, so inputs that would zero one side of a fold

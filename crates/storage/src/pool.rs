@@ -130,8 +130,8 @@ mod tests {
     fn layout() {
         assert_eq!(std::mem::size_of::<GroupSlot>(), 128);
         assert_eq!(std::mem::size_of::<Reservation>(), 12);
-        // A power of two: a lookup indexes the segment table with a shift (a 40-byte
-        // stride cost about two instructions a key in the 48-key get).
+        // A power of two: a lookup indexes the segment table with a shift, where a
+        // 40-byte stride needs a multiply on every key.
         assert_eq!(std::mem::size_of::<SegmentMeta>(), 32);
     }
 

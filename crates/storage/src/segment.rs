@@ -98,7 +98,7 @@ impl SegmentMem {
     }
 
     // Inlined everywhere by force: with one more caller (the item dump) LLVM made it a
-    // call of its own, about 18 instructions more per single get.
+    // call of its own, on every get's path.
     #[inline(always)]
     fn base(&self, off: usize, len: usize) -> NonNull<u8> {
         assert!(

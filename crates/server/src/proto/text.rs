@@ -178,8 +178,8 @@ impl Exec<'_> {
     ///
     /// `hashed` is the key's hash and where [`storage::Store::prefetch_record`] saw
     /// it, when a pipelined batch prefetched its keys ahead (see `ahead.rs`).
-    /// Inlined at both of its call sites in `Conn::step`: the call itself was a tenth
-    /// of a pipelined get's instructions.
+    /// Inlined at both of its call sites in `Conn::step`: a pipelined get is short
+    /// enough that the call itself would be a large part of it.
     #[inline(always)]
     pub fn get_one(
         &self,
@@ -193,8 +193,7 @@ impl Exec<'_> {
             return false;
         }
         // A copy each for `get` and `gets`, so that neither carries the other's cas
-        // checks through the reply. With the counters bumped from the outcome (below),
-        // a single get went from 689 to 656 instructions.
+        // checks through the reply.
         if command.returns_cas() {
             self.get_one_as::<true>(key, hashed, out, flush_mark);
         } else {
@@ -252,8 +251,7 @@ impl Exec<'_> {
     }
 
     /// [`Exec::get`] with `stats detail on`: each key counted against its prefix. A
-    /// copy of its own, so that the usual one has no per-key check (one cost a 48-key
-    /// get about 16 instructions a key).
+    /// copy of its own, so that the usual one makes no per-key check for it.
     #[cold]
     #[inline(never)]
     fn get_counted(
@@ -349,13 +347,12 @@ impl Exec<'_> {
     /// prefetched, then its records are found (without locks) and prefetched, and only
     /// then are its keys looked up, so that the cache misses of a chunk overlap. The
     /// lookups read the chunk's slots in place, and `keys` is moved past a key only when
-    /// a pause needs its position: handing each slot out by value and moving `keys` on
-    /// for every key cost about 15 instructions a key.
+    /// a pause needs its position, rather than handing each slot out by value and
+    /// moving `keys` on for every key.
     ///
     /// Without `LEAN` it runs whatever the command: a touch, UDP message ends, the cas
     /// as the run says. With it (a plain `get` or `gets` over TCP, `CAS` saying which),
-    /// those checks are not made for every key, nor is the null store's; they were
-    /// about 25 instructions a key.
+    /// those checks are not made for every key, nor is the null store's.
     #[inline(always)]
     fn get_prefetched<const DETAIL: bool, const LEAN: bool, const CAS: bool>(
         &self,
@@ -501,8 +498,7 @@ impl Exec<'_> {
 
     /// [`Exec::execute_store`] inlined where it is called: for a `set` parsed ahead
     /// (`ahead.rs`) the command, the cas and `noreply` are constants, and the command's
-    /// dispatch and those checks fold away (through the call they cost about 10
-    /// instructions a set).
+    /// dispatch and those checks fold away, which a call would keep.
     #[inline(always)]
     pub fn execute_store_inlined(&self, request: StoreRequest<'_>, out: &mut Vec<u8>) {
         let (command, key, noreply, data) =

@@ -331,8 +331,8 @@ impl Conn {
     }
 
     /// Give back memory after a burst (called when the connection is idle, after
-    /// every turn that drained it). The check is inlined at the call: as a call of its
-    /// own it cost a single get about 20 instructions, nearly always to find nothing.
+    /// every turn that drained it). The check is inlined at the call: it runs on every
+    /// turn and nearly always finds nothing, so a call would cost more than the check.
     #[inline(always)]
     pub fn shrink_idle(&mut self) {
         if self.rbuf.len() > IDLE_BUFFER_KEEP_BYTES || self.wbuf.capacity() > IDLE_BUFFER_KEEP_BYTES
@@ -466,8 +466,8 @@ impl Conn {
 
     /// Execute one request if a complete one is buffered. Returns false when
     /// more input is needed (or the connection must close).
-    // Inlined into `process`, its only caller, as LLVM chose to before it grew:
-    // as a call of its own, it cost every request about 25 instructions.
+    // Inlined into the request loop, its only caller, as LLVM chose to before it grew:
+    // a call would spill the loop's state on every request.
     #[inline(always)]
     fn step(&mut self, exec: &Exec<'_>) -> bool {
         if let Some(p) = self.paused_get.take() {
@@ -518,8 +518,8 @@ impl Conn {
         // one's hash and peek. The null store has no lookups to prefetch.
         let batch = exec.shared.settings.null_store.is_none();
         // The commonest request, a one-key get, goes straight to its lookup, without a
-        // `Request` built and matched on the way: built, it was spilled to the stack
-        // and read back, about 25 instructions a get. `get_one` refuses what it does
+        // `Request` built and matched on the way: built, it is spilled to the stack
+        // and read back. `get_one` refuses what it does
         // not take (a key too long), which then runs the general path.
         let fast_get = parse_fast_get(input);
         if let Some(g) = fast_get {
@@ -697,7 +697,7 @@ impl Conn {
 
     /// Run a request parsed ahead (`ahead.rs`); it starts at `rpos`. Inlined by
     /// force: with a set's store path inlined in it, LLVM made it a call of its own,
-    /// about 20 instructions of every pipelined request.
+    /// paid by every pipelined request.
     #[inline(always)]
     fn run_ahead(&mut self, exec: &Exec<'_>, i: usize) {
         let item = self.ahead.item(i);

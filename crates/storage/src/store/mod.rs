@@ -253,9 +253,8 @@ impl Store {
         debug_assert_eq!(self.shards.len(), self.shard_mask + 1);
         ShardRef {
             // SAFETY: `shard_mask + 1` is the number of shards, set with them when the
-            // store is built and never changed, so a masked index is in bounds. (The
-            // bounds check was two of the instructions of every key's two shard
-            // lookups in a multi-get.)
+            // store is built and never changed, so a masked index is in bounds. (A
+            // bounds check would run in every key's two shard lookups of a multi-get.)
             slot: unsafe { self.shards.get_unchecked(i) },
             hint: &self.hints[i % MAX_SHARDS],
         }

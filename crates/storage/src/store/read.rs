@@ -36,8 +36,8 @@ pub struct Peeked {
 /// nothing more.
 ///
 /// The plain lookups take a closure. A closure cannot be marked `#[inline(always)]`,
-/// and in the multi-get loop the compiler kept the reply composition out of line, at
-/// about 30 instructions per key for the call; a `Visit` whose `visit` is marked
+/// and in the multi-get loop the compiler kept the reply composition out of line, a
+/// call for every key; a `Visit` whose `visit` is marked
 /// `#[inline(always)]` is composed in place.
 pub trait Visit {
     /// What the lookup returns on a hit.
@@ -234,7 +234,7 @@ impl Store {
     }
 
     // Inlined: a multi-get calls it once per key, and the call's prologue, epilogue
-    // and argument shuffling were a tenth of the key's instructions.
+    // and argument shuffling would be a large part of each key's work.
     #[inline(always)]
     fn get_inner<V: Visit>(
         &self,
@@ -272,7 +272,7 @@ impl Store {
         let origin = Origin::segment_id(unpack(e).0);
         // The key handed on is the caller's, equal to the stored one (the lookup compared
         // them), and the value is the record's last `vlen` bytes: the record's offsets
-        // are not worked out again (about 5 instructions a key of a multi-get).
+        // are not worked out again for every key of a multi-get.
         let value = &bytes[bytes.len() - hdr.prefix.vlen..];
         let result = v.visit(ItemRef {
             key,

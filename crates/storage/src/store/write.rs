@@ -78,8 +78,8 @@ impl Store {
 
     /// set/add/replace/cas: the new item does not depend on the old one.
     ///
-    /// Inlined at its two callers: as a call of its own, a pipelined set spent about 18
-    /// instructions passing its arguments (the `WholeExtra` through memory), and its
+    /// Inlined at its two callers: as a call of its own, a pipelined set passes its
+    /// arguments (the `WholeExtra` through memory), and its
     /// callers' constant extras (a set's hash and peek given, no meta flags) could not
     /// fold its branches.
     #[allow(clippy::too_many_arguments)]
