@@ -55,6 +55,12 @@ impl Exec<'_> {
         true
     }
 
+    /// `shutdown` (allowed with `-A`): the process shuts down as on SIGTERM, draining
+    /// every worker.
+    pub fn request_shutdown(&self) {
+        crate::sys::signal_self_terminate();
+    }
+
     /// `verbosity`: memcached keeps the level, capped.
     pub fn set_verbosity(&self, level: u32) {
         self.shared

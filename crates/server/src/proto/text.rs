@@ -115,7 +115,7 @@ impl Exec<'_> {
                     out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
                     return Flow::Continue;
                 }
-                crate::sys::signal_self_terminate();
+                self.request_shutdown();
                 return Flow::Close;
             }
             Request::Stats(group) => self.stats_command(group, out),
