@@ -40,9 +40,11 @@ pub struct Exec<'a> {
 }
 
 impl<'a> Exec<'a> {
-    /// The store. Only `ops` calls it; the other layers go through the functions here.
+    /// The store, visible to `ops` alone: the other layers go through the functions
+    /// here (the backends reach `Shared::store` only to give spliced values back and to
+    /// run maintenance).
     #[inline(always)]
-    pub(crate) fn store(&self) -> &'a Store {
+    pub(in crate::ops) fn store(&self) -> &'a Store {
         &self.shared.store
     }
 
