@@ -15,6 +15,21 @@
 use storage::{KeyHash, MetaStore, Peeked, RelTime, StoreMode, StoreOutcome};
 
 use super::Exec;
+
+/// What memcached does besides answering when it refuses a value too large to store,
+/// before reading it. Its protocols differ: text counts it in `store_too_large`, records
+/// a set for `stats detail` and unlinks the old value of a `set`; meta `ms` counts it and
+/// unlinks the old value whatever the mode; binary records the set and unlinks the old
+/// value of a SET, and does not count it.
+#[derive(Clone, Copy, Debug)]
+pub struct Refused {
+    /// Counted in `store_too_large`.
+    pub counted: bool,
+    /// Recorded as a set of the key's prefix (`stats detail`).
+    pub detail: bool,
+    /// The key's old value is unlinked (see the module doc).
+    pub unlink_old: bool,
+}
 use crate::admin::prefix::Event;
 use crate::stats::bump;
 
@@ -30,15 +45,17 @@ impl Exec<'_> {
     }
 
     /// A storage command refused before its data block is read: the value can never
-    /// fit (`-I`). With `unlink_old`, the key's old value goes too (see the module
-    /// doc). The caller answers, and swallows the data block.
+    /// fit (`-I`). The caller answers, and swallows the data block. What else happens
+    /// is memcached's rule for the protocol, in `refused`.
     #[cold]
-    pub fn refuse_too_large(&self, key: &[u8], unlink_old: bool, detail: bool) {
-        bump(&self.stats.store_too_large, 1);
-        if detail && self.shared.prefixes.enabled() {
+    pub fn refuse_too_large(&self, key: &[u8], refused: Refused) {
+        if refused.counted {
+            bump(&self.stats.store_too_large, 1);
+        }
+        if refused.detail && self.shared.prefixes.enabled() {
             self.shared.prefixes.record(key, Event::Set);
         }
-        if unlink_old {
+        if refused.unlink_old {
             self.store().delete(key, self.now());
         }
     }

@@ -29,6 +29,7 @@ use storage::{MetaArith, MetaStore, StoreMode, StoreOutcome};
 
 use crate::admin::sasl::Sasl;
 use crate::ops::modify::Deleted;
+use crate::ops::store::Refused;
 use crate::ops::{memcached_item_fits, Exec};
 
 /// The result of looking at the start of a binary-protocol input buffer.
@@ -340,7 +341,12 @@ impl Request<'_, '_, '_, '_> {
         let item_size_max = self.exec.shared.settings.memcached_item_limit();
         let key_len = usize::from(self.header.key_len);
         if !memcached_item_fits(item_size_max, key_len, flags, value_len) {
-            self.exec.refuse_too_large(self.key(), is_set, true);
+            let refused = Refused {
+                counted: false,
+                detail: true,
+                unlink_old: is_set,
+            };
+            self.exec.refuse_too_large(self.key(), refused);
             return self.error_swallow(Status::TooLarge, value_len);
         }
         let total = self.header.packet_len();
@@ -732,6 +738,14 @@ mod tests {
             }
         );
         assert_eq!(r, vec![(3, b"Too large.".to_vec())]);
+        // memcached 1.6.18's binary protocol, unlike its text and meta ones, does not
+        // count a value refused before it is read.
+        assert_eq!(
+            stats
+                .store_too_large
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
         // memcached drops the old value of a refused set.
         let get = packet(opcode::GET, b"", b"key", b"");
         let (_, r) = run(&shared, &stats, None, &mut s, &get);

@@ -21,6 +21,7 @@ use protocol::meta::{
 use storage::{ItemMut, MetaArith, MetaStore, RelTime, StoreMode, StoreOutcome};
 
 use crate::clock::{Clock, REALTIME_MAXDELTA_SECS};
+use crate::ops::store::Refused;
 use crate::ops::{memcached_item_fits, memcached_item_size, Exec};
 use crate::proto::Flow;
 
@@ -102,7 +103,14 @@ pub fn admit_data(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) -> 
     if !memcached_item_fits(item_size_max, key.len(), req.options.client_flags, len) {
         // memcached drops the old value whatever the mode, so no stale value outlives a
         // write the client believes it made.
-        exec.refuse_too_large(key, true, false);
+        exec.refuse_too_large(
+            key,
+            Refused {
+                counted: true,
+                detail: false,
+                unlink_old: true,
+            },
+        );
         out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
         return false;
     }

@@ -16,6 +16,7 @@ use storage::{
 
 use crate::ops::get::GetTally;
 use crate::ops::stats as stats_report;
+use crate::ops::store::Refused;
 use crate::ops::Exec;
 use crate::proto::Flow;
 
@@ -554,7 +555,14 @@ impl Exec<'_> {
         noreply: bool,
         out: &mut Vec<u8>,
     ) {
-        self.refuse_too_large(key, command == StoreCommand::Set, true);
+        self.refuse_too_large(
+            key,
+            Refused {
+                counted: true,
+                detail: true,
+                unlink_old: command == StoreCommand::Set,
+            },
+        );
         reply(out, noreply, b"SERVER_ERROR object too large for cache\r\n");
     }
 
