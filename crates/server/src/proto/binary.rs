@@ -611,11 +611,7 @@ mod tests {
         let exec = Exec {
             shared,
             stats,
-            sink: crate::reply::Sink {
-                message_ends: None,
-                splices: None,
-                splice_min: usize::MAX,
-            },
+            sink: crate::reply::Sink::COPY,
         };
         let mut out = Vec::new();
         let mut mark = 0;

@@ -6,6 +6,9 @@
 //! have the most here: a multi-get prefetches its keys in chunks, pauses when its
 //! output backs up, and ends in memcached's ways (`END`, or an error that drops the
 //! replies not yet flushed).
+//!
+//! The handlers are methods of the worker's [`Exec`], written here because they are the
+//! text protocol's; they reach the store and the counters only through `ops`'s calls.
 
 use protocol::fast::KeyScan;
 use protocol::text::{DetailOp, GetCommand, Keys, Request, StatsGroup, StoreCommand, MAX_KEY_LEN};
@@ -166,7 +169,7 @@ impl Exec<'_> {
             out.extend_from_slice(protocol::text::ErrorReply::BadClass.bytes());
             return false;
         }
-        if self.sink.message_ends.is_some() {
+        if self.sink.is_datagram() {
             out.extend_from_slice(b"ERROR\r\n");
             return false;
         }
@@ -289,11 +292,7 @@ impl Exec<'_> {
                 0
             },
             // Over UDP every key ends a message, so every key takes the slower check.
-            check_at: if self.sink.message_ends.is_some() {
-                0
-            } else {
-                pause_at
-            },
+            check_at: if self.sink.is_datagram() { 0 } else { pause_at },
             pause_at,
             discard: false,
             tally: GetTally::default(),
@@ -303,7 +302,7 @@ impl Exec<'_> {
         if self.shared.settings.null_store.is_none() && keys.clone().nth(1).is_some() {
             // The usual multi-get has a loop of its own, with what it does not use left
             // out and its choices made once (see `get_prefetched`).
-            if !DETAIL && !touch && self.sink.message_ends.is_none() {
+            if !DETAIL && !touch && !self.sink.is_datagram() {
                 return if run.with_cas {
                     self.get_prefetched::<false, true, true>(run, keys, out, flush_mark)
                 } else {
@@ -452,9 +451,7 @@ impl Exec<'_> {
         if run.discard || !keys.has_more() {
             return None;
         }
-        if let Some(ends) = self.sink.message_ends {
-            ends.borrow_mut().push((out.len(), false));
-        }
+        self.sink.end_message(out.len(), false);
         if out.len() >= run.pause_at {
             if keys.clone().any(|k| k.len() > MAX_KEY_LEN) {
                 run.discard = true;

@@ -440,9 +440,7 @@ impl Conn {
                             _ => Status::Open,
                         };
                     }
-                    if let Some(ends) = exec.sink.message_ends {
-                        ends.borrow_mut().push((self.wbuf.len(), false));
-                    }
+                    exec.sink.end_message(self.wbuf.len(), false);
                     self.reqs_this_event += 1;
                     if self.reqs_this_event > reqs_per_event {
                         // memcached yields (and flushes) after -R requests.
