@@ -7,7 +7,8 @@
 //! - [`item`]: the item-size rule (`-I`).
 //! - [`get`]: lookups and their counters; [`store`]: storage commands and their
 //!   outcome counters, with the unlink of a failed `set`; [`modify`]: delete, touch,
-//!   incr/decr; [`admin`]: flush_all, verbosity, cache_memlimit, stats reset.
+//!   incr/decr; [`admin`]: flush_all, verbosity, cache_memlimit, stats reset and detail,
+//!   the authentication counters, shutdown.
 //! - [`stats`]: the `stats` reports; [`dump`]: `lru_crawler metadump`.
 
 pub mod admin;
