@@ -158,6 +158,7 @@ pub fn parse_fast_store(input: &[u8]) -> Option<(Request<'_>, usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scan::xorshift;
     use crate::text::{frame_line, parse_request, LineFrame};
 
     /// What the general path makes of `input`, in a comparable form.
@@ -192,16 +193,6 @@ mod tests {
                 "{:?}",
                 String::from_utf8_lossy(input)
             );
-        }
-    }
-
-    /// A small deterministic generator for the randomised tests.
-    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
-        move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
         }
     }
 

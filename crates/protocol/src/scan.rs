@@ -287,20 +287,21 @@ fn find_byte_or_end_swar(s: &[u8], from: usize, byte: u8) -> usize {
         .map_or(s.len(), |p| i + p)
 }
 
+/// A small deterministic generator for the randomised tests of this crate.
+#[cfg(test)]
+pub(crate) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::request::Keys;
-
-    /// A small deterministic generator for the randomised tests.
-    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
-        move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        }
-    }
 
     #[test]
     fn finders_match_naive_scans() {

@@ -42,12 +42,7 @@ pub fn serve(mut settings: Settings) -> Result<()> {
         eprintln!("{line}");
     }
     settings.io_backend = backend;
-    let builder = storage::Store::builder()
-        .memory_limit(settings.memory_limit_bytes)
-        .item_size_max(settings.item_size_max_bytes)
-        .memcached_cas(settings.cas_enabled)
-        .lock_memory(settings.lock_memory)
-        .evictions(settings.evictions);
+    let builder = crate::state::store_builder(&settings);
     let store = match builder.clone().large_pages(settings.large_pages).build() {
         // memcached exits when it finds no huge page support; a cache on normal pages
         // serves the same, so ferrocache says why in one line and goes on.

@@ -30,34 +30,27 @@ impl Exec<'_> {
     /// Binary DELETE: unlink the item if `cas` is 0 or its CAS, checked and unlinked
     /// under one lock. memcached counts a CAS mismatch as neither a hit nor a miss.
     pub fn delete_if_cas(&self, key: &[u8], cas: u64) -> Deleted {
-        self.record(key, Event::Delete);
         if cas == 0 {
-            return if self.delete_quietly(key) {
+            return if self.delete(key) {
                 Deleted::Deleted
             } else {
                 Deleted::NotFound
             };
         }
+        self.record(key, Event::Delete);
         let settings = &self.shared.settings;
-        let (first, done) = self.with_item(key, false, self.now(), |it, _| {
+        let (_, done) = self.with_item(key, false, self.now(), |it, _| {
             if settings.item_cas(it.cas()) != cas {
                 return Deleted::Exists;
             }
             it.unlink();
             Deleted::Deleted
         });
-        let _ = first;
         let done = done.unwrap_or(Deleted::NotFound);
         if done != Deleted::Exists {
             self.count_delete(done == Deleted::Deleted);
         }
         done
-    }
-
-    fn delete_quietly(&self, key: &[u8]) -> bool {
-        let deleted = self.store().delete(key, self.now());
-        self.count_delete(deleted);
-        deleted
     }
 
     /// `delete_hits` or `delete_misses`.

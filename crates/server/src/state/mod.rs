@@ -84,11 +84,7 @@ impl Shared {
         T: Into<std::ffi::OsString> + Clone,
     {
         let settings = Settings::from_args(args)?;
-        let store = Store::builder()
-            .memory_limit(settings.memory_limit_bytes)
-            .item_size_max(settings.item_size_max_bytes)
-            .memcached_cas(settings.cas_enabled)
-            .evictions(settings.evictions)
+        let store = store_builder(&settings)
             .build()
             .context("creating the store")?;
         Shared::new(settings, store)
@@ -99,4 +95,16 @@ impl Shared {
     pub fn worker_stats(&self, id: usize) -> &Arc<WorkerStats> {
         &self.workers[id]
     }
+}
+
+/// The store `settings` ask for (`-m`, `-I`, `-C`, `-k`, `-M`), without `-L`: start-up
+/// adds large pages and falls back without them.
+#[must_use]
+pub fn store_builder(settings: &Settings) -> storage::StoreBuilder {
+    Store::builder()
+        .memory_limit(settings.memory_limit_bytes)
+        .item_size_max(settings.item_size_max_bytes)
+        .memcached_cas(settings.cas_enabled)
+        .lock_memory(settings.lock_memory)
+        .evictions(settings.evictions)
 }
