@@ -27,7 +27,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::index::{pack, LockHeld, Shard, ShardStats};
-use crate::item::{self, Header, MARK_ACCESSED, MARK_FETCHED};
+use crate::item::{self, Header, NewItem, MARK_ACCESSED, MARK_FETCHED};
 use crate::pool::{writer_id, Reservation};
 use crate::store::{Liveness, Store};
 use crate::table::IndexTable;
@@ -51,16 +51,21 @@ const SWEEP_MIN_BUCKETS: usize = 65_536;
 const SWEEP_MAX_BUCKETS: usize = 262_144;
 
 impl Store {
-    /// Reserve `len` bytes in this thread's group's open segment, finding a new segment
-    /// if it is full. `None` only when evictions are disabled and memory is full.
-    /// Must be called with no shard lock held: it may evict.
-    pub(crate) fn reserve(&self, len: usize, now: RelTime) -> Option<Reservation> {
-        debug_assert!(len <= self.segment_size);
+    /// Reserve room for `new` in this thread's group's open segment, finding a new
+    /// segment if it is full, and take its CAS id: the record is narrow when the id is
+    /// within the segment's span of its base, else wide (`item.rs`). `None` only when
+    /// evictions are disabled and memory is full. Must be called with no shard lock
+    /// held: it may evict.
+    pub(crate) fn reserve(&self, new: &NewItem, now: RelTime) -> Option<Reservation> {
+        debug_assert!(new.total_len(true) <= self.segment_size);
         let group = &self.groups[writer_id() % self.groups.len()];
         let mut active = group.lock();
         // Two rounds: the open segment, then a freshly found one (which always fits).
         for _ in 0..2 {
             if let Some((seg, top)) = *active {
+                let cas = self.next_cas(now);
+                let wide = !item::narrow_fits(cas, self.cas_base(seg));
+                let len = new.total_len(wide);
                 let end = top as usize + len;
                 if end <= self.segment_size {
                     *active = Some((seg, end as u32));
@@ -71,14 +76,25 @@ impl Store {
                         seg,
                         off: top,
                         len: len as u32,
+                        cas,
+                        wide,
                     });
                 }
                 *active = None;
                 self.pool_lock().sealed.push_back((seg, top));
             }
-            *active = Some(self.acquire_segment(len, now)?);
+            *active = Some(self.acquire_segment(new.total_len(true), now)?);
         }
         None
+    }
+
+    /// Segment `seg` is taken empty: narrow records count their ids from the next one.
+    /// Called with the group lock held, before any reservation in it.
+    fn rebase(&self, seg: u32) -> u32 {
+        self.segments[seg as usize]
+            .cas_base
+            .store(self.peek_next_cas(), Ordering::Relaxed);
+        seg
     }
 
     /// The reservation's writer is done (published or abandoned it).
@@ -104,14 +120,15 @@ impl Store {
             self.retire_excess(now);
         }
         if let Some(seg) = self.take_dead_segment() {
-            return Some((seg, 0));
+            return Some((self.rebase(seg), 0));
         }
         if let Some(found) = self.compact_mostly_dead(len, EARLY_COMPACT_LIVE_DIVISOR, now) {
             return Some(found);
         }
+        let index_bytes = self.index_bytes();
         let fresh = {
             let mut pool = self.pool_lock();
-            if pool.in_use() < pool.limit {
+            if pool.in_use() < self.segments_allowed(&pool, index_bytes) {
                 pool.free.pop()
             } else {
                 None
@@ -119,7 +136,7 @@ impl Store {
         };
         if let Some(seg) = fresh {
             self.allocate_segment(seg);
-            return Some((seg, 0));
+            return Some((self.rebase(seg), 0));
         }
         let size = self.segment_size;
         if self.evictions {
@@ -136,8 +153,17 @@ impl Store {
                     self.pool_lock().sealed.push_back(victim);
                     continue;
                 }
+                // A segment whose base is half a span old keeps nothing, so that it
+                // starts again from a fresh base: otherwise the items written after its
+                // kept ones would soon all be wide.
+                let aged = self.peek_next_cas() - self.cas_base(victim.0)
+                    > item::NARROW_CAS_SPAN / 2;
+                let budget = if aged { 0 } else { budget };
                 let used = self.evict_segment(victim.0, victim.1, budget, false, now);
                 self.reopen_to_pins(victim.0);
+                if used == 0 {
+                    self.rebase(victim.0);
+                }
                 if used as usize + len <= size {
                     return Some((victim.0, used));
                 }
@@ -167,10 +193,11 @@ impl Store {
     /// else the oldest, evicting all it holds) and give their pages back to the kernel.
     /// Called on the way to a new segment, so memory comes down as items are written.
     fn retire_excess(&self, now: RelTime) {
+        let index_bytes = self.index_bytes();
         for _ in 0..RETIRE_PER_ACQUIRE {
             {
                 let pool = self.pool_lock();
-                if pool.in_use() <= pool.limit {
+                if pool.in_use() <= self.segments_allowed(&pool, index_bytes) {
                     return;
                 }
             }
@@ -208,6 +235,9 @@ impl Store {
     fn compact_closed(&self, seg: u32, top: u32, len: usize, now: RelTime) -> Option<(u32, u32)> {
         let used = self.evict_segment(seg, top, usize::MAX, true, now);
         self.reopen_to_pins(seg);
+        if used == 0 {
+            self.rebase(seg);
+        }
         if used as usize + len <= self.segment_size {
             Some((seg, used))
         } else {
@@ -335,12 +365,13 @@ impl Store {
                     {
                         // Moved down over bytes already unlinked or moved, under the
                         // item's shard lock (rule 2).
+                        let prefix = rec.prefix;
                         let dest = walk.keep(held, rec);
                         if dest != off {
                             o.replace(pack(seg, dest as u32));
                         }
                         if !keep_all {
-                            let w = walk.window(held, dest);
+                            let w = walk.window(held, dest, prefix);
                             item::clear_mark(w, MARK_ACCESSED);
                             stats.items_retained += 1;
                             kept += len;
@@ -401,7 +432,7 @@ impl Store {
                     value_len: hdr.prefix.vlen,
                     flags: hdr.flags,
                     exptime: hdr.exptime,
-                    time: hdr.time,
+                    time: self.item_time(&hdr),
                     cas: hdr.cas,
                     fetched: hdr.mark & MARK_FETCHED != 0,
                 });

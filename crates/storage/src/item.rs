@@ -4,41 +4,61 @@
 //! multi-byte field is read and written as little-endian bytes (an unaligned load on x86).
 //!
 //! ```text
-//!  byte 0      1                5      6          10         14                22
-//!  +-------+-------------------+------+----------+----------+-----------------+~~~~~~~~~~~~+-----+-------+
-//!  | klen  | vlen (31 bits)    | mark | exptime  | time     | cas             | flags      | key | value |
-//!  | u8    | + HAS_FLAGS bit31 | u8   | u32      | u32      | u64             | u32, only  |     |       |
-//!  |       |                   |      |          |          |                 | if HAS_FLAGS|     |       |
-//!  +-------+-------------------+------+----------+----------+-----------------+~~~~~~~~~~~~+-----+-------+
-//!  \______ immutable _________/ \______ mutable, only under the shard lock __/ \__mutable_/ \imm/ \_mut_/
-//!                                                             flags and value: rewritten only under the lock, when unpinned
+//!  0      1      2 .. 2+n        W=2+n      W+4                         (+4 if flags)
+//!  +------+------+-------------+----------+---------------------------+~~~~~~~+-----+-------+
+//!  | klen | lead | vlen, rest  | exptime  | mark | cas               | flags | key | value |
+//!  | u8   | u8   | n = 0..=4 B | u32      | narrow: u32 = mark | Δ<<5  | u32   |     |       |
+//!  |      |      |             |          | wide:   u8 mark, u64 cas  |       |     |       |
+//!  +------+------+-------------+----------+---------------------------+~~~~~~~+-----+-------+
+//!  \____ immutable ___________/ \__ mutable window, under the shard lock _/ \_mut_/ \imm/ \_mut_/
+//!
+//!  lead: bit 7 HAS_FLAGS, bit 6 WIDE (8-byte cas), bits 0-5 a length code:
+//!        0..=59 the value length itself; 60, 61, 62, 63: 1, 2, 3, 4 more bytes follow
+//!        (60: 60 + one byte; 61..63: the length, little-endian)
 //! ```
 //!
 //! * `klen` is 1..=255 for an item. `klen == 0` marks a padding record (a reservation whose
-//!   store was refused): it spans `HEADER_BYTES + vlen` bytes and is skipped by the evictor.
-//! * `mark` holds [`MARK_FETCHED`] (read at least once: memcached's `ITEM_FETCHED`, for the
-//!   `*_unfetched` stats) and [`MARK_ACCESSED`] (the CLOCK bit for second-chance eviction),
-//!   plus the meta protocol's [`MARK_STALE`], [`MARK_TOKEN_SENT`] and [`MARK_KEY_BINARY`].
-//! * `time` is when the item was last stored (for `flush_all`); `exptime` 0 means never.
-//! * `flags` (memcached client flags) take 4 bytes only when non-zero, as memcached does.
+//!   store was refused): its length code holds the whole record's length, and the evictor
+//!   skips it.
+//! * `mark` (5 bits) holds [`MARK_FETCHED`] (read at least once: memcached's
+//!   `ITEM_FETCHED`, for the `*_unfetched` stats) and [`MARK_ACCESSED`] (the CLOCK bit for
+//!   second-chance eviction), plus the meta protocol's [`MARK_STALE`],
+//!   [`MARK_TOKEN_SENT`] and [`MARK_KEY_BINARY`]. It is the low five bits of the byte at
+//!   `W + 4` in both forms.
+//! * `cas` is stored as its distance Δ from its segment's CAS base, in the 27 bits above
+//!   the mark (a *narrow* record), when Δ < 2^27; otherwise (an old segment, or an item
+//!   copied from elsewhere) the record is *wide* and holds the whole id after the mark.
+//!   Narrow or wide is fixed when the record is written; an in-place rewrite whose new id
+//!   does not fit writes a new item instead.
+//! * There is no per-item store time: memcached's `it->time` is derived from the CAS id
+//!   (the store keeps a log of the first id of each second, `time_log.rs`).
+//! * `exptime` 0 means never. `flags` (memcached client flags) take 4 bytes only when
+//!   non-zero, as memcached does.
 //!
-//! The first five bytes and the key never change once the item is published, so the
-//! evictor may read them without the shard lock; every other byte is read or written only
-//! under the lock of the shard that indexes the item. Flags and value change only when an
-//! `incr`/`decr` or a store of the same shape rewrites the item in place, never while a
-//! value pin is on its segment (a pin's holder reads the value without the lock).
+//! The first `2 + n` bytes and the key never change once the item is published, so the
+//! evictor may read them without the shard lock (exactly them: the next bytes are
+//! mutable); every other byte is read or written only under the lock of the shard that
+//! indexes the item. Flags and value change only when an `incr`/`decr` or a store of the
+//! same shape rewrites the item in place, never while a value pin is on its segment (a
+//! pin's holder reads the value without the lock).
 //!
-//! Fixed header: 22 bytes (26 with client flags), against memcached's 48-byte `item`
-//! plus 8-byte CAS, plus key NUL and value `\r\n`.
+//! Header: 10 bytes for a value shorter than 60 bytes with no client flags (62 B before,
+//! with a 4-byte store time, a 4-byte length and an 8-byte CAS), against memcached's
+//! 48-byte `item` plus 8-byte CAS, plus key NUL and value `\r\n`.
 
-/// Bytes of the fixed header.
-pub(crate) const HEADER_BYTES: usize = 22;
+/// Bytes of the smallest header: klen, lead, exptime, narrow mark and cas.
+pub(crate) const MIN_HEADER_BYTES: usize = 10;
 /// Extra header bytes when the client flags are non-zero.
 pub(crate) const FLAGS_BYTES: usize = 4;
 /// Longest key the header can describe (memcached itself allows 250).
 pub(crate) const MAX_KEY_BYTES: usize = u8::MAX as usize;
 /// Longest value the header can describe.
 pub(crate) const MAX_VALUE_BYTES: usize = (1 << 31) - 1;
+/// Most bytes of an immutable prefix: klen, lead and four length bytes. Every record
+/// is longer, so a reader under the lock may read this many at a record's start.
+pub(crate) const PREFIX_MAX_BYTES: usize = 6;
+/// A CAS id less than this far above its segment's base fits a narrow record.
+pub(crate) const NARROW_CAS_SPAN: u64 = 1 << 27;
 
 /// `mark` bit: the item was fetched at least once.
 pub(crate) const MARK_FETCHED: u8 = 1;
@@ -50,33 +70,76 @@ pub(crate) const MARK_STALE: u8 = 4;
 pub(crate) const MARK_TOKEN_SENT: u8 = 8;
 /// `mark` bit: the key was stored base64-encoded by meta `ms b` (`ITEM_KEY_BINARY`).
 pub(crate) const MARK_KEY_BINARY: u8 = 16;
+const MARK_BITS: u8 = 0x1F;
+const MARK_SHIFT: u32 = 5;
 
-const HAS_FLAGS: u32 = 1 << 31;
+const LEAD_FLAGS: u8 = 0x80;
+const LEAD_WIDE: u8 = 0x40;
+const LEAD_CODE: u8 = 0x3F;
+/// Length codes up to this one are the length itself.
+const INLINE_MAX: usize = 59;
 
-const OFF_KLEN: usize = 0;
-const OFF_VLEN: usize = 1;
-const OFF_MARK: usize = 5;
-const OFF_EXPTIME: usize = 6;
-const OFF_TIME: usize = 10;
-const OFF_CAS: usize = 14;
-const OFF_FLAGS: usize = 22;
+/// Window bytes: exptime, then mark and cas.
+const NARROW_WINDOW: usize = 8;
+const WIDE_WINDOW: usize = 13;
+const OFF_MARK: usize = 4;
 
-/// Bytes of the immutable prefix (`klen` and `vlen`) that may be read without a lock.
-pub(crate) const PREFIX_BYTES: usize = 5;
+/// The length code and the bytes after the lead that hold `len`.
+#[inline(always)]
+fn len_code(len: usize) -> (u8, usize) {
+    if len <= INLINE_MAX {
+        (len as u8, 0)
+    } else if len < INLINE_MAX + 1 + 256 {
+        (60, 1)
+    } else if len < 1 << 16 {
+        (61, 2)
+    } else if len < 1 << 24 {
+        (62, 3)
+    } else {
+        (63, 4)
+    }
+}
+
+/// Bytes after the lead for length code `code`.
+#[inline(always)]
+fn extra_bytes(code: u8) -> usize {
+    if code as usize <= INLINE_MAX {
+        0
+    } else {
+        (code - 59) as usize
+    }
+}
+
+#[inline(always)]
+fn write_len(b: &mut [u8], lead_bits: u8, len: usize) -> usize {
+    let (code, n) = len_code(len);
+    b[1] = lead_bits | code;
+    match n {
+        0 => {}
+        1 => b[2] = (len - (INLINE_MAX + 1)) as u8,
+        _ => b[2..2 + n].copy_from_slice(&(len as u32).to_le_bytes()[..n]),
+    }
+    2 + n
+}
 
 /// Total bytes an item takes in a segment.
 #[inline]
-pub(crate) fn item_len(klen: usize, vlen: usize, has_flags: bool) -> usize {
-    header_len(has_flags) + klen + vlen
+pub(crate) fn item_len(klen: usize, vlen: usize, has_flags: bool, wide: bool) -> usize {
+    header_len(vlen, has_flags, wide) + klen + vlen
 }
 
-/// Header bytes for an item with or without client flags.
+/// Header bytes for an item with a value of `vlen` bytes.
 #[inline]
-pub(crate) fn header_len(has_flags: bool) -> usize {
-    if has_flags {
-        HEADER_BYTES + FLAGS_BYTES
+pub(crate) fn header_len(vlen: usize, has_flags: bool, wide: bool) -> usize {
+    2 + len_code(vlen).1 + window_len(wide) + if has_flags { FLAGS_BYTES } else { 0 }
+}
+
+#[inline(always)]
+fn window_len(wide: bool) -> usize {
+    if wide {
+        WIDE_WINDOW
     } else {
-        HEADER_BYTES
+        NARROW_WINDOW
     }
 }
 
@@ -85,23 +148,53 @@ pub(crate) fn header_len(has_flags: bool) -> usize {
 pub(crate) struct Prefix {
     /// Key length; 0 for a padding record.
     pub klen: usize,
-    /// Value length (for padding: bytes after the fixed header).
+    /// Value length (for padding: the whole record's length).
     pub vlen: usize,
-    /// Whether 4 bytes of client flags follow the fixed header.
+    /// Whether 4 bytes of client flags follow the window.
     pub has_flags: bool,
+    /// Whether the CAS id is stored whole (8 bytes) rather than from the segment's base.
+    pub wide: bool,
+    /// Where the mutable window starts: the prefix's own length.
+    pub window_at: usize,
 }
 
 impl Prefix {
-    /// Decode from at least [`PREFIX_BYTES`] bytes.
+    /// Decode from the record's first bytes: at least [`PREFIX_MAX_BYTES`], or exactly
+    /// the prefix (see [`Prefix::extra_after`]).
     #[inline(always)]
     pub fn parse(b: &[u8]) -> Prefix {
-        let b: &[u8; PREFIX_BYTES] = b[..PREFIX_BYTES].try_into().unwrap();
-        let raw = u32::from_le_bytes(b[OFF_VLEN..OFF_VLEN + 4].try_into().unwrap());
+        let lead = b[1];
+        let code = lead & LEAD_CODE;
+        let (vlen, n) = if code as usize <= INLINE_MAX {
+            (code as usize, 0)
+        } else {
+            Self::long_len(b, code)
+        };
         Prefix {
-            klen: b[OFF_KLEN] as usize,
-            vlen: (raw & !HAS_FLAGS) as usize,
-            has_flags: raw & HAS_FLAGS != 0,
+            klen: b[0] as usize,
+            vlen,
+            has_flags: lead & LEAD_FLAGS != 0,
+            wide: lead & LEAD_WIDE != 0,
+            window_at: 2 + n,
         }
+    }
+
+    #[inline(never)]
+    fn long_len(b: &[u8], code: u8) -> (usize, usize) {
+        let n = extra_bytes(code);
+        if n == 1 {
+            return (INLINE_MAX + 1 + b[2] as usize, 1);
+        }
+        let mut le = [0u8; 4];
+        le[..n].copy_from_slice(&b[2..2 + n]);
+        (u32::from_le_bytes(le) as usize, n)
+    }
+
+    /// How many length bytes follow the first two bytes (`klen`, `lead`) of a record: a
+    /// lock-free reader reads exactly `2 + this` bytes, never the mutable ones after.
+    #[inline(always)]
+    pub fn extra_after(head: &[u8]) -> usize {
+        extra_bytes(head[1] & LEAD_CODE)
     }
 
     /// True for a padding record.
@@ -110,19 +203,31 @@ impl Prefix {
         self.klen == 0
     }
 
-    /// Offset of the key from the start of the record.
+    /// Offset of the client flags (of an item that has them).
     #[inline]
+    pub fn flags_offset(&self) -> usize {
+        self.window_at + window_len(self.wide)
+    }
+
+    /// Bytes of the mutable window.
+    #[inline]
+    pub fn window_len(&self) -> usize {
+        window_len(self.wide)
+    }
+
+    /// Offset of the key from the start of the record.
+    #[inline(always)]
     pub fn key_offset(&self) -> usize {
-        header_len(self.has_flags)
+        self.flags_offset() + if self.has_flags { FLAGS_BYTES } else { 0 }
     }
 
     /// Total bytes of the record.
-    #[inline]
+    #[inline(always)]
     pub fn total_len(&self) -> usize {
         if self.is_padding() {
-            HEADER_BYTES + self.vlen
+            self.vlen
         } else {
-            item_len(self.klen, self.vlen, self.has_flags)
+            self.key_offset() + self.klen + self.vlen
         }
     }
 }
@@ -133,27 +238,24 @@ pub(crate) struct Header {
     pub prefix: Prefix,
     pub mark: u8,
     pub exptime: u32,
-    pub time: u32,
     pub cas: u64,
     pub flags: u32,
 }
 
 impl Header {
-    /// Decode the header at the start of `b` (which covers at least the header).
+    /// Decode the header at the start of `b` (which covers at least the header) of an
+    /// item in a segment whose CAS base is `base`.
     #[inline(always)]
-    pub fn parse(b: &[u8]) -> Header {
+    pub fn parse(b: &[u8], base: u64) -> Header {
         let prefix = Prefix::parse(b);
-        // One bounds check for the fixed header; the fields below are then at constant
-        // offsets into an array.
-        let f: &[u8; HEADER_BYTES] = b[..HEADER_BYTES].try_into().unwrap();
+        let w = &b[prefix.window_at..prefix.window_at + prefix.window_len()];
         Header {
             prefix,
-            mark: f[OFF_MARK],
-            exptime: read_u32(f, OFF_EXPTIME),
-            time: read_u32(f, OFF_TIME),
-            cas: u64::from_le_bytes(f[OFF_CAS..OFF_CAS + 8].try_into().unwrap()),
+            mark: mark(w),
+            exptime: exptime(w),
+            cas: cas(w, base),
             flags: if prefix.has_flags {
-                read_u32(b, OFF_FLAGS)
+                read_u32(b, prefix.flags_offset())
             } else {
                 0
             },
@@ -168,59 +270,55 @@ pub(crate) struct NewItem {
     pub vlen: usize,
     pub flags: u32,
     pub exptime: u32,
-    pub time: u32,
-    pub cas: u64,
 }
 
 impl NewItem {
-    /// Total bytes of the record.
+    /// Total bytes of the record, narrow or wide.
     #[inline]
-    pub fn total_len(&self) -> usize {
-        item_len(self.klen, self.vlen, self.flags != 0)
+    pub fn total_len(&self, wide: bool) -> usize {
+        item_len(self.klen, self.vlen, self.flags != 0, wide)
     }
 
-    /// Write the header into `b` (the start of the reserved region) and return the key
+    /// Write the header into `b` (the start of the reserved region, exactly
+    /// `total_len(wide)` bytes) with CAS id `cas` of a segment whose base is `base`
+    /// (a narrow record needs `cas - base <` [`NARROW_CAS_SPAN`]), and return the key
     /// offset. The caller writes key and value after it.
     #[inline(always)]
-    pub fn write_header(&self, b: &mut [u8]) -> usize {
+    pub fn write_header(&self, b: &mut [u8], wide: bool, cas: u64, base: u64) -> usize {
         debug_assert!(self.klen >= 1 && self.klen <= MAX_KEY_BYTES);
         debug_assert!(self.vlen <= MAX_VALUE_BYTES);
         let has_flags = self.flags != 0;
-        // One bounds check for the fixed header, then constant offsets.
-        let f: &mut [u8; HEADER_BYTES] = (&mut b[..HEADER_BYTES]).try_into().unwrap();
-        f[OFF_KLEN] = self.klen as u8;
-        let raw = self.vlen as u32 | if has_flags { HAS_FLAGS } else { 0 };
-        write_u32(f, OFF_VLEN, raw);
-        f[OFF_MARK] = 0;
-        write_u32(f, OFF_EXPTIME, self.exptime);
-        write_u32(f, OFF_TIME, self.time);
-        f[OFF_CAS..OFF_CAS + 8].copy_from_slice(&self.cas.to_le_bytes());
+        b[0] = self.klen as u8;
+        let lead = if has_flags { LEAD_FLAGS } else { 0 } | if wide { LEAD_WIDE } else { 0 };
+        let at = write_len(b, lead, self.vlen);
+        let wl = window_len(wide);
+        let w = &mut b[at..at + wl];
+        w[OFF_MARK] = 0;
+        set_exptime(w, self.exptime);
+        let fits = set_cas(w, cas, base);
+        debug_assert!(fits, "a narrow record for a cas id out of its span");
+        let mut ko = at + wl;
         if has_flags {
-            write_u32(b, OFF_FLAGS, self.flags);
+            write_u32(b, ko, self.flags);
+            ko += FLAGS_BYTES;
         }
-        header_len(has_flags)
+        ko
     }
 }
 
-/// Write a padding record over a whole region of `len >= HEADER_BYTES` bytes.
+/// Write a padding record over a whole region of `len` bytes (at least a record's).
 #[inline]
 pub(crate) fn write_padding(b: &mut [u8], len: usize) {
-    debug_assert!(len >= HEADER_BYTES);
-    b[OFF_KLEN] = 0;
-    write_u32(b, OFF_VLEN, (len - HEADER_BYTES) as u32);
+    debug_assert!(len >= PREFIX_MAX_BYTES);
+    b[0] = 0;
+    write_len(b, 0, len);
 }
-
-/// Start of the mutable window of the header (`mark`, `exptime`, `time`, `cas`).
-pub(crate) const MUT_START: usize = OFF_MARK;
-/// Length of the mutable window. Setters below take a slice of exactly this window, so
-/// a mutable borrow never covers the immutable prefix that the evictor reads lock-free.
-pub(crate) const MUT_LEN: usize = HEADER_BYTES - OFF_MARK;
 
 /// Set `mark` bits in the mutable window (writes only when something changes, to keep
 /// hot cache lines clean).
 #[inline]
 pub(crate) fn set_mark(w: &mut [u8], bits: u8) {
-    let m = &mut w[OFF_MARK - MUT_START];
+    let m = &mut w[OFF_MARK];
     if *m & bits != bits {
         *m |= bits;
     }
@@ -229,36 +327,77 @@ pub(crate) fn set_mark(w: &mut [u8], bits: u8) {
 /// Clear `mark` bits in the mutable window.
 #[inline]
 pub(crate) fn clear_mark(w: &mut [u8], bits: u8) {
-    w[OFF_MARK - MUT_START] &= !bits;
+    w[OFF_MARK] &= !(bits & MARK_BITS);
+}
+
+/// The mark bits of a window.
+#[inline(always)]
+pub(crate) fn mark(w: &[u8]) -> u8 {
+    w[OFF_MARK] & MARK_BITS
+}
+
+/// The exptime of a window.
+#[inline(always)]
+pub(crate) fn exptime(w: &[u8]) -> u32 {
+    read_u32(w, 0)
+}
+
+/// The CAS id of a window (narrow or wide, told by its length) of a segment whose base
+/// is `base`.
+#[inline(always)]
+pub(crate) fn cas(w: &[u8], base: u64) -> u64 {
+    if w.len() == WIDE_WINDOW {
+        u64::from_le_bytes(w[OFF_MARK + 1..OFF_MARK + 9].try_into().unwrap())
+    } else {
+        base + u64::from(read_u32(w, OFF_MARK) >> MARK_SHIFT)
+    }
+}
+
+/// Whether CAS id `cas` can be stored in window `w` of a segment whose base is `base`.
+#[inline(always)]
+pub(crate) fn cas_fits(w: &[u8], cas: u64, base: u64) -> bool {
+    w.len() == WIDE_WINDOW || cas.wrapping_sub(base) < NARROW_CAS_SPAN
+}
+
+/// Whether a new narrow record may hold CAS id `cas` in a segment whose base is `base`.
+#[inline(always)]
+pub(crate) fn narrow_fits(cas: u64, base: u64) -> bool {
+    cas.wrapping_sub(base) < NARROW_CAS_SPAN
 }
 
 /// Rewrite the whole mutable window for a new version of the item written over the old
-/// one: `mark` replaced, not or-ed.
+/// one: `mark` replaced, not or-ed. False, writing nothing, when `cas` does not fit.
 #[inline]
-pub(crate) fn set_new_version(w: &mut [u8], mark: u8, exptime: u32, time: u32, cas: u64) {
-    w[OFF_MARK - MUT_START] = mark;
+pub(crate) fn set_new_version(w: &mut [u8], mark: u8, exptime: u32, cas: u64, base: u64) -> bool {
+    if !cas_fits(w, cas, base) {
+        return false;
+    }
+    w[OFF_MARK] = (w[OFF_MARK] & !MARK_BITS) | (mark & MARK_BITS);
     set_exptime(w, exptime);
-    set_time(w, time);
-    set_cas(w, cas);
+    set_cas(w, cas, base)
 }
 
 /// Overwrite the exptime in the mutable window.
 #[inline]
 pub(crate) fn set_exptime(w: &mut [u8], exptime: u32) {
-    write_u32(w, OFF_EXPTIME - MUT_START, exptime);
+    write_u32(w, 0, exptime);
 }
 
-/// Overwrite the last-store time in the mutable window.
+/// Overwrite the CAS id in the mutable window, keeping the mark. False, writing
+/// nothing, when the window is narrow and `cas` is not within its span of `base`.
 #[inline]
-pub(crate) fn set_time(w: &mut [u8], time: u32) {
-    write_u32(w, OFF_TIME - MUT_START, time);
-}
-
-/// Overwrite the CAS id in the mutable window.
-#[inline]
-pub(crate) fn set_cas(w: &mut [u8], cas: u64) {
-    let o = OFF_CAS - MUT_START;
-    w[o..o + 8].copy_from_slice(&cas.to_le_bytes());
+pub(crate) fn set_cas(w: &mut [u8], cas: u64, base: u64) -> bool {
+    if w.len() == WIDE_WINDOW {
+        w[OFF_MARK + 1..OFF_MARK + 9].copy_from_slice(&cas.to_le_bytes());
+        return true;
+    }
+    let delta = cas.wrapping_sub(base);
+    if delta >= NARROW_CAS_SPAN {
+        return false;
+    }
+    let word = (delta as u32) << MARK_SHIFT | u32::from(w[OFF_MARK] & MARK_BITS);
+    write_u32(w, OFF_MARK, word);
+    true
 }
 
 #[inline]
@@ -282,75 +421,95 @@ mod tests {
     use super::*;
 
     #[test]
-    fn layout_offsets_add_up() {
-        assert_eq!(OFF_CAS + 8, HEADER_BYTES);
-        assert_eq!(OFF_FLAGS + FLAGS_BYTES, HEADER_BYTES + FLAGS_BYTES);
-        assert_eq!(OFF_MARK, PREFIX_BYTES);
-        assert_eq!(HEADER_BYTES, 22);
-        assert_eq!(item_len(20, 20, false), 62);
-        assert_eq!(item_len(20, 20, true), 66);
+    fn layout_sizes() {
+        assert_eq!(header_len(20, false, false), MIN_HEADER_BYTES);
+        assert_eq!(item_len(20, 20, false, false), 50);
+        assert_eq!(item_len(20, 20, true, false), 54);
+        assert_eq!(item_len(20, 20, false, true), 55);
+        assert_eq!(header_len(59, false, false), 10);
+        assert_eq!(header_len(60, false, false), 11);
+        assert_eq!(header_len(315, false, false), 11);
+        assert_eq!(header_len(316, false, false), 12);
+        assert_eq!(header_len(65_535, false, false), 12);
+        assert_eq!(header_len(65_536, false, false), 13);
+        assert_eq!(header_len(1 << 24, true, true), 2 + 4 + 13 + 4);
+        // The smallest record is longer than the most a prefix read takes.
+        assert!(item_len(1, 0, false, false) > PREFIX_MAX_BYTES);
     }
 
-    #[test]
-    fn header_round_trip() {
-        let mut buf = [0xAAu8; 64];
+    fn round_trip(vlen: usize, flags: u32, wide: bool, cas: u64, base: u64) {
         let it = NewItem {
             klen: 3,
-            vlen: 7,
-            flags: 0xDEAD_BEEF,
+            vlen,
+            flags,
             exptime: 99,
-            time: 42,
-            cas: u64::MAX - 1,
         };
-        assert_eq!(it.write_header(&mut buf), 26);
-        let h = Header::parse(&buf);
+        let len = it.total_len(wide);
+        let mut buf = vec![0xAAu8; len];
+        let ko = it.write_header(&mut buf, wide, cas, base);
+        assert_eq!(ko + 3 + vlen, len);
+        let h = Header::parse(&buf, base);
         assert_eq!(
-            h.prefix,
-            Prefix {
-                klen: 3,
-                vlen: 7,
-                has_flags: true
-            }
+            (h.prefix.klen, h.prefix.vlen, h.prefix.has_flags, h.prefix.wide),
+            (3, vlen, flags != 0, wide)
         );
-        assert_eq!(
-            (h.mark, h.exptime, h.time, h.cas, h.flags),
-            (0, 99, 42, u64::MAX - 1, 0xDEAD_BEEF)
-        );
-        assert_eq!(h.prefix.total_len(), 36);
-        let w = &mut buf[MUT_START..MUT_START + MUT_LEN];
-        set_mark(w, MARK_ACCESSED | MARK_FETCHED);
+        assert_eq!((h.mark, h.exptime, h.cas, h.flags), (0, 99, cas, flags));
+        assert_eq!(h.prefix.total_len(), len);
+        assert_eq!(h.prefix.key_offset(), ko);
+        assert_eq!(Prefix::extra_after(&buf[..2]) + 2, h.prefix.window_at);
+        let (at, wl) = (h.prefix.window_at, h.prefix.window_len());
+        let w = &mut buf[at..at + wl];
+        set_mark(w, MARK_ACCESSED | MARK_FETCHED | MARK_KEY_BINARY);
         clear_mark(w, MARK_ACCESSED);
         set_exptime(w, 5);
-        set_time(w, 6);
-        set_cas(w, 7);
-        let h = Header::parse(&buf);
-        assert_eq!((h.mark, h.exptime, h.time, h.cas), (MARK_FETCHED, 5, 6, 7));
-        assert_eq!(Prefix::parse(&buf).klen, 3);
+        assert!(set_cas(w, cas + 1, base));
+        let h2 = Header::parse(&buf, base);
+        assert_eq!(
+            (h2.mark, h2.exptime, h2.cas, h2.flags),
+            (MARK_FETCHED | MARK_KEY_BINARY, 5, cas + 1, flags)
+        );
+        assert_eq!(h2.prefix, h.prefix);
     }
 
     #[test]
-    fn zero_flags_take_no_bytes() {
-        let mut buf = [0u8; 32];
+    fn headers_round_trip_at_every_length_code() {
+        for vlen in [0, 1, 59, 60, 315, 316, 65_535, 65_536, (1 << 24) - 1, 1 << 24] {
+            for flags in [0, 0xDEAD_BEEF] {
+                round_trip(vlen, flags, false, 1000 + NARROW_CAS_SPAN - 2, 1000);
+                round_trip(vlen, flags, true, u64::MAX - 1, 7);
+            }
+        }
+    }
+
+    #[test]
+    fn a_narrow_window_refuses_a_cas_out_of_span() {
         let it = NewItem {
             klen: 1,
             vlen: 0,
             flags: 0,
             exptime: 0,
-            time: 1,
-            cas: 1,
         };
-        assert_eq!(it.write_header(&mut buf), HEADER_BYTES);
-        assert_eq!(Header::parse(&buf).flags, 0);
-        assert!(!Prefix::parse(&buf).has_flags);
+        let mut buf = vec![0u8; it.total_len(false)];
+        it.write_header(&mut buf, false, 10, 10);
+        let p = Prefix::parse(&buf);
+        let w = &mut buf[p.window_at..p.window_at + p.window_len()];
+        set_mark(w, MARK_STALE);
+        assert!(!set_cas(w, 10 + NARROW_CAS_SPAN, 10));
+        assert!(!set_new_version(w, 0, 1, 9, 10), "below the base");
+        assert_eq!((cas(w, 10), mark(w), exptime(w)), (10, MARK_STALE, 0));
+        assert!(set_new_version(w, MARK_ACCESSED, 7, 10 + NARROW_CAS_SPAN - 1, 10));
+        assert_eq!((cas(w, 10), mark(w), exptime(w)), (10 + NARROW_CAS_SPAN - 1, MARK_ACCESSED, 7));
     }
 
     #[test]
     fn padding_spans_region() {
-        let mut buf = [0xFFu8; 100];
-        write_padding(&mut buf, 100);
-        let p = Prefix::parse(&buf);
-        assert!(p.is_padding());
-        assert_eq!(p.total_len(), 100);
+        for len in [11, 59, 60, 300, 70_000] {
+            let mut buf = vec![0xFFu8; len];
+            write_padding(&mut buf, len);
+            let p = Prefix::parse(&buf);
+            assert!(p.is_padding());
+            assert_eq!(p.total_len(), len);
+        }
     }
 
     #[test]

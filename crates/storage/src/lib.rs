@@ -59,6 +59,7 @@ mod segment;
 mod spin;
 pub mod store;
 mod table;
+mod time_log;
 
 pub use evict::Crawl;
 pub use index::Located;

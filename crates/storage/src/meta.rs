@@ -76,9 +76,11 @@ impl ItemMut<'_> {
         self.hdr.exptime
     }
 
-    /// When the item was stored or last had its access time refreshed.
+    /// When the item was last stored (memcached's `it->time`, which memcached also
+    /// moves on a fetch at most once a minute; here it is derived from the CAS id, so a
+    /// fetch does not move it: see `docs/protocol.md`).
     pub fn time(&self) -> RelTime {
-        self.hdr.time
+        self.store.item_time(&self.hdr)
     }
 
     /// Fetched at least once (memcached's `ITEM_FETCHED`).
@@ -127,23 +129,28 @@ impl ItemMut<'_> {
         self.set_bits(MARK_STALE, on);
     }
 
-    /// Give the item a fresh CAS id and return it.
-    pub fn new_cas(&mut self) -> u64 {
-        let cas = self.store.next_cas();
-        self.hdr.cas = cas;
-        item::set_cas(self.window(), cas);
+    /// Give the item a fresh CAS id, taken at second `now`, and return it.
+    ///
+    /// A narrow record holds ids within its segment's span only (`item.rs`), and a
+    /// record cannot grow under the lock: an item whose new id falls past the span (its
+    /// segment's base is 2^27 ids old) is unlinked once the callback returns instead,
+    /// as if it had been evicted right after.
+    pub fn new_cas(&mut self, now: RelTime) -> u64 {
+        let cas = self.store.next_cas(now);
+        let base = self.store.cas_base(unpack(self.e).0);
+        if item::set_cas(self.window(), cas, base) {
+            self.hdr.cas = cas;
+        } else {
+            self.unlink = true;
+        }
         cas
     }
 
     /// memcached's `do_item_bump` without segmented LRU: mark the item fetched (and
-    /// accessed, for eviction), and refresh its access time when older than
-    /// [`ITEM_UPDATE_INTERVAL_SECS`].
-    pub fn bump(&mut self, now: RelTime) {
+    /// accessed, for eviction). memcached also refreshes `it->time` once a minute here;
+    /// ferrocache derives it from the CAS id and leaves it (`docs/protocol.md`).
+    pub fn bump(&mut self, _now: RelTime) {
         self.set_bits(MARK_FETCHED | MARK_ACCESSED, true);
-        if self.hdr.time < now.saturating_sub(ITEM_UPDATE_INTERVAL_SECS) {
-            self.hdr.time = now;
-            item::set_time(self.window(), now);
-        }
     }
 
     /// Remove the item from the cache once the callback returns.
@@ -221,15 +228,14 @@ impl Store {
             vlen: 0,
             flags: 0,
             exptime: 0,
-            time: now,
-            cas: 0,
         };
-        let Some(mut r) = self.reserve(new.total_len(), now) else {
+        let Some(mut r) = self.reserve(&new, now) else {
             return (first, None);
         };
         {
+            let (wide, cas, base) = (r.wide, r.cas, self.cas_base(r.seg));
             let b = self.region(&mut r);
-            let ko = new.write_header(b);
+            let ko = new.write_header(b, wide, cas, base);
             b[ko..ko + key.len()].copy_from_slice(key);
         }
         let mut shard = slot.lock();
@@ -419,15 +425,16 @@ mod tests {
     }
 
     #[test]
-    fn bump_refreshes_time_after_a_minute() {
+    fn time_is_the_second_of_the_last_store() {
         let s = store();
         s.store(StoreMode::Set, b"k", 0, 0, b"v", NOW);
-        s.meta_get(b"k", false, NOW + 60, |it, _| it.bump(NOW + 60));
-        let t = s.meta_get(b"k", false, NOW + 60, |it, _| it.time()).1;
-        assert_eq!(t, Some(NOW));
+        s.store(StoreMode::Set, b"other", 0, 0, b"v", NOW + 5);
         s.meta_get(b"k", false, NOW + 61, |it, _| it.bump(NOW + 61));
         let t = s.meta_get(b"k", false, NOW + 61, |it, _| it.time()).1;
-        assert_eq!(t, Some(NOW + 61));
+        assert_eq!(t, Some(NOW));
+        s.store(StoreMode::Set, b"k", 0, 0, b"v2", NOW + 70);
+        let t = s.meta_get(b"k", false, NOW + 71, |it, _| it.time()).1;
+        assert_eq!(t, Some(NOW + 70));
     }
 
     #[test]

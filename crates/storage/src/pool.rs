@@ -23,7 +23,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::segment::SegmentMem;
 
-/// Shared bookkeeping of one segment.
+/// Shared bookkeeping of one segment, one cache line each.
+#[repr(align(64))]
 pub(crate) struct SegmentMeta {
     /// The bytes.
     pub mem: SegmentMem,
@@ -34,6 +35,11 @@ pub(crate) struct SegmentMeta {
     pub live_bytes: AtomicU64,
     /// Value pins held by readers, plus `pin::CLOSED` while the evictor walks it.
     pub pins: AtomicU32,
+    /// The CAS id narrow records of this segment count from (`item.rs`): the next id
+    /// when the segment was last emptied. Written only by the writer that takes the
+    /// segment empty, under its group lock, before any reservation in it; read under
+    /// the shard lock of an item in it, after that item was published.
+    pub cas_base: AtomicU64,
 }
 
 impl SegmentMeta {
@@ -49,6 +55,7 @@ impl SegmentMeta {
             pending: AtomicU32::new(0),
             live_bytes: AtomicU64::new(0),
             pins: AtomicU32::new(0),
+            cas_base: AtomicU64::new(0),
         }
     }
 }
@@ -101,6 +108,11 @@ pub(crate) struct Reservation {
     pub seg: u32,
     pub off: u32,
     pub len: u32,
+    /// The item's CAS id, taken with its space, so that its record's size (narrow or
+    /// wide, from the segment's base) is known before it is written.
+    pub cas: u64,
+    /// Whether the record holds its CAS id whole.
+    pub wide: bool,
 }
 
 static NEXT_WRITER: AtomicUsize = AtomicUsize::new(0);
@@ -129,10 +141,10 @@ mod tests {
     #[test]
     fn layout() {
         assert_eq!(std::mem::size_of::<GroupSlot>(), 128);
-        assert_eq!(std::mem::size_of::<Reservation>(), 12);
+        assert_eq!(std::mem::size_of::<Reservation>(), 24);
         // A power of two: a lookup indexes the segment table with a shift, where a
         // 40-byte stride needs a multiply on every key.
-        assert_eq!(std::mem::size_of::<SegmentMeta>(), 32);
+        assert_eq!(std::mem::size_of::<SegmentMeta>(), 64);
     }
 
     #[test]

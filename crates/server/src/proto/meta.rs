@@ -368,7 +368,7 @@ fn meta_delete(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
             }
             it.set_stale(true);
             it.set_token_sent(false);
-            it.new_cas();
+            it.new_cas(now);
             Deleted::Invalidated
         } else {
             it.unlink();

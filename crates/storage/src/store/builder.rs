@@ -6,7 +6,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::{FlushState, Padded, Store, MAX_SHARDS};
+use super::{store_budget, FlushState, Padded, Store, MAX_SHARDS};
 use crate::index::{Hint, ShardSlot};
 use crate::pool::{GroupSlot, PoolState, SegmentMeta};
 use crate::segment::LargePageRegion;
@@ -125,7 +125,10 @@ impl StoreBuilder {
             .item_size_max
             .max(MIN_SEGMENT_BYTES)
             .next_multiple_of(SEGMENT_ROUND_BYTES);
-        let count = (self.memory_limit / segment_size).max(2);
+        // Segments of `-m` itself size the shards and groups; the store may fill the
+        // budget's 5 % more (`store_budget`).
+        let raw_count = (self.memory_limit / segment_size).max(2);
+        let count = (store_budget(self.memory_limit) / segment_size).max(2);
         if count > u32::MAX as usize {
             return Err(BuildError::MemoryTooLarge(self.memory_limit));
         }
@@ -141,9 +144,9 @@ impl StoreBuilder {
         };
         let shards = match self.shards {
             Some(n) => n.clamp(1, MAX_SHARDS).next_power_of_two(),
-            None => count.next_power_of_two().clamp(16, 256),
+            None => raw_count.next_power_of_two().clamp(16, 256),
         };
-        let groups = (count / 8).clamp(1, 8);
+        let groups = (raw_count / 8).clamp(1, 8);
         let large_pages = if self.large_pages {
             Some(
                 LargePageRegion::map(count * segment_size)
@@ -186,6 +189,7 @@ impl StoreBuilder {
                 },
             lock_memory: self.lock_memory,
             cas: Padded(AtomicU64::new(0)),
+            time_log: crate::time_log::TimeLog::new(),
             flush: Padded(FlushState {
                 oldest_live: AtomicU32::new(0),
                 oldest_cas: AtomicU64::new(0),

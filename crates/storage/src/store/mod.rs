@@ -70,6 +70,8 @@ pub struct Store {
     /// memcached's bytes per item besides key, value and flags, for [`Store::item_fits`].
     item_overhead: usize,
     cas: Padded<AtomicU64>,
+    /// The second of each CAS id, for memcached's per-item `time` (`time_log.rs`).
+    pub(crate) time_log: crate::time_log::TimeLog,
     flush: Padded<FlushState>,
     pub(crate) sweep_shard: AtomicUsize,
     /// `-k`: segments are locked into RAM as they get memory ([`StoreBuilder::lock_memory`]).
@@ -89,6 +91,14 @@ impl Drop for Store {
             }
         }
     }
+}
+
+/// Bytes that segments and index together may take for a memory limit of `limit`
+/// bytes: the limit and 5 % more. The process's promise is RSS within 1.05 × `-m` +
+/// 32 MiB; the store takes the first part, and threads, connection buffers and the
+/// rest of the process live in the 32 MiB (`docs/design.md`, "Memory budget").
+pub(crate) fn store_budget(limit: usize) -> usize {
+    limit.saturating_add(limit / 20)
 }
 
 /// Keeps a hot atomic off its neighbours' cache lines.
@@ -123,7 +133,7 @@ impl Store {
         (1..=MAX_KEY_BYTES).contains(&key_len)
             && value_len <= item::MAX_VALUE_BYTES
             && self.item_overhead + key_len + value_len + flag_bytes <= self.item_size_max
-            && item::item_len(key_len, value_len, flags != 0) <= self.segment_size
+            && item::item_len(key_len, value_len, flags != 0, true) <= self.segment_size
     }
 
     /// The item size limit this store was built with.
@@ -147,10 +157,13 @@ impl Store {
         if self.large_pages.is_some() {
             return false;
         }
-        let count = (bytes / self.segment_size).max(2);
-        if count > self.segments.len() {
+        if (bytes / self.segment_size).max(2) > self.segments.len() {
             return false;
         }
+        // The budget's extra 5 % only as far as the table has room.
+        let count = (store_budget(bytes) / self.segment_size)
+            .max(2)
+            .min(self.segments.len());
         let mut pool = self.pool_lock();
         if count > pool.provisioned {
             let start = pool.provisioned as u32;
@@ -215,9 +228,10 @@ impl Store {
             sum.reclaimed += s.reclaimed;
             sum.items_retained += s.items_retained;
         }
+        let index_bytes = self.index_bytes();
         let (in_use, limit) = {
             let pool = self.pool_lock();
-            (pool.in_use(), pool.limit)
+            (pool.in_use(), self.segments_allowed(&pool, index_bytes))
         };
         StoreStats {
             curr_items: sum.curr_items,
@@ -278,10 +292,43 @@ impl Store {
         self.pool.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new CAS id: unique and strictly increasing across all keys.
+    /// A new CAS id, taken at second `now`: unique and increasing across all keys.
     #[inline]
-    pub(crate) fn next_cas(&self) -> u64 {
-        self.cas.0.fetch_add(1, Ordering::Relaxed) + 1
+    pub(crate) fn next_cas(&self, now: RelTime) -> u64 {
+        let cas = self.cas.0.fetch_add(1, Ordering::Relaxed) + 1;
+        self.time_log.note(now, cas);
+        cas
+    }
+
+    /// The CAS id the next store will take (or a later one).
+    pub(crate) fn peek_next_cas(&self) -> u64 {
+        self.cas.0.load(Ordering::Relaxed) + 1
+    }
+
+    /// The CAS base of segment `seg` (see `item.rs`).
+    #[inline(always)]
+    pub(crate) fn cas_base(&self, seg: u32) -> u64 {
+        self.segments[seg as usize].cas_base.load(Ordering::Relaxed)
+    }
+
+    /// memcached's `it->time` of an item: the second its CAS id was taken in.
+    pub(crate) fn item_time(&self, hdr: &Header) -> RelTime {
+        self.time_log.time_of(hdr.cas)
+    }
+
+    /// Bytes of RAM the index holds: every shard's bucket arrays.
+    pub fn index_bytes(&self) -> usize {
+        (0..self.shards.len())
+            .map(|i| self.shard_at(i).lock().table.positions() * 8)
+            .sum()
+    }
+
+    /// Segments that may hold items now: the memory budget less what the index takes.
+    /// `index_bytes` is read by the caller before it locks the pool.
+    pub(crate) fn segments_allowed(&self, pool: &PoolState, index_bytes: usize) -> usize {
+        let budget = store_budget(self.memory_limit.load(Ordering::Relaxed));
+        let room = budget.saturating_sub(index_bytes) / self.segment_size;
+        pool.limit.min(room).max(2)
     }
 
     /// memcached's `item_is_flushed`, then its expiry check.
@@ -291,7 +338,9 @@ impl Store {
         let oldest_live = f.oldest_live.load(Ordering::Acquire);
         if oldest_live != 0 && oldest_live <= now {
             let oldest_cas = f.oldest_cas.load(Ordering::Acquire);
-            if hdr.time <= oldest_live || (oldest_cas != 0 && hdr.cas < oldest_cas) {
+            // `it->time <= oldest_live`: taken before the first id after `oldest_live`.
+            let stored_by = self.time_log.flush_boundary();
+            if hdr.cas < stored_by || (oldest_cas != 0 && hdr.cas < oldest_cas) {
                 return Liveness::Flushed;
             }
         }

@@ -175,7 +175,7 @@ impl Store {
         let Some(rec) = self.mem(seg).address_of(off as usize) else {
             return Peeked::MAYBE;
         };
-        let len = item::HEADER_BYTES + item::FLAGS_BYTES + key_len + 64;
+        let len = item::MIN_HEADER_BYTES + 4 + item::FLAGS_BYTES + key_len + 64;
         segment::prefetch_head(rec as usize, len);
         Peeked {
             cell,
@@ -348,7 +348,7 @@ impl Store {
         let Some((pos, e, record)) = found else {
             return Err(Lookup::Miss);
         };
-        let hdr = Header::parse(record);
+        let hdr = Header::parse(record, self.cas_base(unpack(e).0));
         match self.liveness(&hdr, now) {
             Liveness::Live => Ok((e, hdr, record)),
             gone => {

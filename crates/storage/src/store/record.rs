@@ -18,9 +18,7 @@
 
 use super::{Peeked, Store};
 use crate::index::{hash_key, unpack, LockHeld};
-use crate::item::{
-    self, Header, Prefix, FLAGS_BYTES, HEADER_BYTES, MUT_LEN, MUT_START, PREFIX_BYTES,
-};
+use crate::item::{self, Header, Prefix, FLAGS_BYTES, PREFIX_MAX_BYTES};
 use crate::pin::ValuePin;
 use crate::pool::Reservation;
 use crate::segment::{self, SegmentMem};
@@ -42,21 +40,24 @@ impl Store {
         let (seg, off) = unpack(e);
         let mem = self.mem(seg);
         // SAFETY: the prefix is immutable once published; `held` proves the lock.
-        let p = Prefix::parse(unsafe { mem.bytes(off as usize, PREFIX_BYTES) });
+        let p = Prefix::parse(unsafe { mem.bytes(off as usize, PREFIX_MAX_BYTES) });
         // SAFETY: as above: under the shard lock nobody writes the item (rule 2), and
         // the borrow ends before the lock's guard does.
         unsafe { mem.bytes(off as usize, p.total_len()) }
     }
 
-    /// The mutable header window (`mark`, `exptime`, `time`, `cas`) of the item at `e`,
+    /// The mutable header window (`exptime`, `mark`, `cas`) of the item at `e`,
     /// indexed in the shard whose lock `held` proves (rule 2). `held` is borrowed
     /// mutably, so no other borrow of a record of that shard is alive meanwhile.
     #[inline]
     pub(crate) fn mut_window<'a>(&'a self, _held: &'a mut LockHeld, e: u64) -> &'a mut [u8] {
         let (seg, off) = unpack(e);
+        let mem = self.mem(seg);
+        // SAFETY: shard lock held (rule 2): nobody writes the item; the borrow ends here.
+        let p = Prefix::parse(unsafe { mem.bytes(off as usize, PREFIX_MAX_BYTES) });
         // SAFETY: shard lock held and every other record borrow through it excluded by
         // the `&mut` (rule 2); the window is the mutable header only.
-        unsafe { self.mem(seg).bytes_mut(off as usize + MUT_START, MUT_LEN) }
+        unsafe { mem.bytes_mut(off as usize + p.window_at, p.window_len()) }
     }
 
     /// A get's writes to an item not marked read (or touched): the marks, and the new
@@ -99,18 +100,19 @@ impl Store {
     /// The mutable header window of the record written in reservation `r` (rule 1).
     #[inline]
     pub(crate) fn reserved_window<'a>(&'a self, r: &'a mut Reservation) -> &'a mut [u8] {
+        let p = Prefix::parse(self.region(r));
         // SAFETY: as for `region`: `r` is still unpublished and ours (rule 1); only its
         // header window.
         unsafe {
             self.mem(r.seg)
-                .bytes_mut(r.off as usize + MUT_START, MUT_LEN)
+                .bytes_mut(r.off as usize + p.window_at, p.window_len())
         }
     }
 
     /// Header of item `e`, indexed in the shard whose lock `held` proves (rule 2).
     #[inline]
     pub(crate) fn header(&self, held: &LockHeld, e: u64) -> Header {
-        Header::parse(self.item_bytes(held, e))
+        Header::parse(self.item_bytes(held, e), self.cas_base(unpack(e).0))
     }
 
     /// The record length of item `e`, indexed in the shard whose lock `held` proves;
@@ -122,7 +124,7 @@ impl Store {
         // SAFETY: called while `e` is indexed, or right after it was removed, still under
         // the shard lock, so the item bytes are unchanged and its segment not reused
         // (rule 2).
-        Prefix::parse(unsafe { self.mem(seg).bytes(off as usize, PREFIX_BYTES) }).total_len()
+        Prefix::parse(unsafe { self.mem(seg).bytes(off as usize, PREFIX_MAX_BYTES) }).total_len()
     }
 
     /// Whether the indexed item `e` has key `key`. Used as the table's `eq` under the lock.
@@ -132,7 +134,7 @@ impl Store {
         let mem = self.mem(seg);
         // SAFETY: prefix and key are immutable once published (rules 2 and 3), and `e`
         // is in the index of the locked shard, so its segment is not being reused.
-        let p = Prefix::parse(unsafe { mem.bytes(off as usize, PREFIX_BYTES) });
+        let p = Prefix::parse(unsafe { mem.bytes(off as usize, PREFIX_MAX_BYTES) });
         p.klen == key.len()
             // SAFETY: as above.
             && bytes_eq(unsafe { mem.bytes(off as usize + p.key_offset(), p.klen) }, key)
@@ -145,7 +147,7 @@ impl Store {
         let mem = self.mem(seg);
         // SAFETY: prefix and key are immutable once published, and `e` is in the index
         // of the locked shard.
-        let p = Prefix::parse(unsafe { mem.bytes(off as usize, PREFIX_BYTES) });
+        let p = Prefix::parse(unsafe { mem.bytes(off as usize, PREFIX_MAX_BYTES) });
         // SAFETY: as above.
         hash_key(self.seed, unsafe {
             mem.bytes(off as usize + p.key_offset(), p.klen)
@@ -168,7 +170,7 @@ impl Store {
         // key length gives an empty record, so the key is not read.
         let (p, record) = unsafe {
             self.mem(seg)
-                .record(off as usize, PREFIX_BYTES, len_if_key_len(key.len()))
+                .record(off as usize, PREFIX_MAX_BYTES, len_if_key_len(key.len()))
         };
         if_key(p, record, key)
     }
@@ -203,7 +205,7 @@ impl Store {
         // inside its segment when it was written, and rule 2 keeps writers out while
         // the lock is held.
         let (p, record) =
-            unsafe { segment::record_at(rec, PREFIX_BYTES, len_if_key_len(key.len())) };
+            unsafe { segment::record_at(rec, PREFIX_MAX_BYTES, len_if_key_len(key.len())) };
         if_key(p, record, key).map(|record| (pos, e, record))
     }
 
@@ -211,7 +213,12 @@ impl Store {
     /// place under the lock `held` proves (rule 2): `None` when a reader holds a value
     /// pin on its segment, checked under this lock (see the `pin` module).
     #[inline(always)]
-    pub(super) fn unpinned<'a>(&'a self, _held: &'a mut LockHeld, e: u64) -> Option<InPlace<'a>> {
+    pub(super) fn unpinned<'a>(
+        &'a self,
+        _held: &'a mut LockHeld,
+        e: u64,
+        prefix: Prefix,
+    ) -> Option<InPlace<'a>> {
         let (seg, off) = unpack(e);
         let meta = &self.segments[seg as usize];
         if meta.pinned() {
@@ -220,6 +227,7 @@ impl Store {
         Some(InPlace {
             mem: &meta.mem,
             off: off as usize,
+            prefix,
         })
     }
 
@@ -267,6 +275,8 @@ impl Store {
 pub(super) struct InPlace<'a> {
     mem: &'a SegmentMem,
     off: usize,
+    /// The item's prefix, as read under the lock.
+    prefix: Prefix,
 }
 
 impl<'a> InPlace<'a> {
@@ -281,18 +291,20 @@ impl<'a> InPlace<'a> {
         unsafe { self.mem.bytes_mut(self.off + at, len) }
     }
 
-    /// The four flag bytes after the fixed header (of an item that has them).
+    /// The four flag bytes after the window (of an item that has them).
     #[inline(always)]
     pub fn flags(&mut self) -> &mut [u8] {
-        // SAFETY: as for `value`, the four flag bytes after the fixed header.
-        unsafe { self.mem.bytes_mut(self.off + HEADER_BYTES, FLAGS_BYTES) }
+        let at = self.off + self.prefix.flags_offset();
+        // SAFETY: as for `value`, the four flag bytes after the window.
+        unsafe { self.mem.bytes_mut(at, FLAGS_BYTES) }
     }
 
     /// The mutable header window (what `mut_window` borrows).
     #[inline(always)]
     pub fn window(&mut self) -> &mut [u8] {
+        let (at, len) = (self.off + self.prefix.window_at, self.prefix.window_len());
         // SAFETY: as for `value`, the mutable header window.
-        unsafe { self.mem.bytes_mut(self.off + MUT_START, MUT_LEN) }
+        unsafe { self.mem.bytes_mut(at, len) }
     }
 }
 
@@ -324,8 +336,10 @@ impl Walk<'_> {
             let off = self.next;
             // SAFETY: the segment is sealed and its writers are done, so the walk is its
             // only writer; prefix and key are immutable and may be read without a lock
-            // (rule 3).
-            let p = Prefix::parse(unsafe { self.mem.bytes(off, PREFIX_BYTES) });
+            // (rule 3). Exactly the prefix is read: the bytes after it are mutable.
+            let extra = Prefix::extra_after(unsafe { self.mem.bytes(off, 2) });
+            // SAFETY: as above, the prefix's own length bytes.
+            let p = Prefix::parse(unsafe { self.mem.bytes(off, 2 + extra) });
             self.next = off + p.total_len();
             if !p.is_padding() {
                 return Some(Walked { off, prefix: p });
@@ -366,13 +380,14 @@ impl Walk<'_> {
         self.front
     }
 
-    /// The mutable header window of the record kept at `at`, under its shard lock.
+    /// The mutable header window of the record kept at `at` (prefix `p`), under its
+    /// shard lock.
     #[inline]
-    pub fn window<'h>(&'h self, _held: &'h mut LockHeld, at: usize) -> &'h mut [u8] {
+    pub fn window<'h>(&'h self, _held: &'h mut LockHeld, at: usize, p: Prefix) -> &'h mut [u8] {
         debug_assert!(at < self.front, "a window of a record not kept");
         // SAFETY: the item (kept at `at`) is ours under its lock (rule 2), and `held`
         // is borrowed mutably, so no other borrow of a record of its shard is alive.
-        unsafe { self.mem.bytes_mut(at + MUT_START, MUT_LEN) }
+        unsafe { self.mem.bytes_mut(at + p.window_at, p.window_len()) }
     }
 }
 

@@ -212,7 +212,7 @@ fn set_then_get() {
     assert_eq!(get(&s, b"k", NOW).unwrap().0, b"");
     let st = s.stats();
     assert_eq!((st.curr_items, st.total_items), (1, 2));
-    assert_eq!(st.bytes, item::item_len(1, 0, false) as u64);
+    assert_eq!(st.bytes, item::item_len(1, 0, false, false) as u64);
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::{KeyHash, Liveness, Peeked, Store};
 use crate::arith;
-use crate::index::{hash_key, pack, LockHeld, Shard, ShardStats};
+use crate::index::{hash_key, pack, unpack, LockHeld, Shard, ShardStats};
 use crate::item::{self, Header, NewItem, MARK_ACCESSED, MARK_FETCHED};
 use crate::memcached::memcached_would_chunk;
 use crate::pool::Reservation;
@@ -114,8 +114,6 @@ impl Store {
             vlen: value.len(),
             flags,
             exptime,
-            time: now,
-            cas: 0,
         };
         // A set that may replace an item (as seen without the lock) may overwrite it in
         // place; add/replace/cas check their condition first, so a refused one burns no
@@ -138,18 +136,19 @@ impl Store {
             }
             if let Some((e, old)) = live {
                 if let Some(cas) =
-                    self.overwrite_in_place(&mut shard, e, &old, &new, value, mode, extra)
+                    self.overwrite_in_place(&mut shard, e, &old, &new, value, mode, extra, now)
                 {
                     return (StoreOutcome::Stored, cas);
                 }
             }
         }
-        let Some(mut r) = self.reserve(new.total_len(), now) else {
+        let Some(mut r) = self.reserve(&new, now) else {
             return (StoreOutcome::NoMemory, 0);
         };
         {
+            let (wide, cas, base) = (r.wide, r.cas, self.cas_base(r.seg));
             let b = self.region(&mut r);
-            let ko = new.write_header(b);
+            let ko = new.write_header(b, wide, cas, base);
             copy_key(&mut b[ko..ko + key.len()], key);
             b[ko + key.len()..].copy_from_slice(value);
         }
@@ -159,7 +158,10 @@ impl Store {
         } = &mut *shard;
         // The existing item, if any, with its header read from the record the key
         // comparison borrowed.
-        let found = table.find_map(h, |e| self.record_if_key(held, e, key).map(Header::parse));
+        let found = table.find_map(h, |e| {
+            self.record_if_key(held, e, key)
+                .map(|record| Header::parse(record, self.cas_base(unpack(e).0)))
+        });
         let live = found
             .as_ref()
             .and_then(|(_, hd)| (self.liveness(hd, now) == Liveness::Live).then_some(*hd));
@@ -175,13 +177,9 @@ impl Store {
             self.abandon(r);
             return (refused, 0);
         }
-        let cas = self.next_cas();
+        // The CAS id was taken with the space and written with the header.
+        let cas = r.cas;
         let new_e = pack(r.seg, r.off);
-        {
-            // `r` is still unpublished and ours (rule 1); only its header window.
-            let w = self.reserved_window(&mut r);
-            item::set_cas(w, cas);
-        }
         match found {
             Some((pos, hd)) => {
                 let old = table.replace(pos, new_e);
@@ -248,6 +246,7 @@ impl Store {
         value: &[u8],
         mode: StoreMode,
         extra: WholeExtra,
+        now: RelTime,
     ) -> Option<u64> {
         let stale = matches!(mode, StoreMode::Cas(want) if want != old.cas);
         let same_shape = old.prefix.vlen == new.vlen && old.prefix.has_flags == (new.flags != 0);
@@ -258,20 +257,26 @@ impl Store {
         // The segment found once for its pins, the value and the header window (three
         // lookups with their bounds checks before). `e` is indexed and live in the locked
         // shard, and the caller holds no borrow of its record (rule 2).
-        let mut rec = self.unpinned(held, e)?;
+        let mut rec = self.unpinned(held, e, old.prefix)?;
+        // A narrow record holds ids within its segment's span only: past it, a new item.
+        let cas = self.next_cas(now);
+        if !old.prefix.wide && !item::narrow_fits(cas, self.cas_base(unpack(e).0)) {
+            return None;
+        }
         let value_at = old.prefix.key_offset() + old.prefix.klen;
         rec.value(value_at, new.vlen).copy_from_slice(value);
         if new.flags != 0 {
             rec.flags().copy_from_slice(&new.flags.to_le_bytes());
         }
-        let cas = self.next_cas();
         let w = rec.window();
         let mark = if extra.key_binary {
             item::MARK_KEY_BINARY
         } else {
             0
         };
-        item::set_new_version(w, mark | MARK_ACCESSED, new.exptime, new.time, cas);
+        let base = self.cas_base(unpack(e).0);
+        let written = item::set_new_version(w, mark | MARK_ACCESSED, new.exptime, cas, base);
+        debug_assert!(written, "checked to fit above");
         // memcached links a new item: the item count grows, and the byte count stays.
         stats.total_items += 1;
         Some(cas)
@@ -310,15 +315,14 @@ impl Store {
                 vlen,
                 flags: old.flags,
                 exptime: old.exptime,
-                time: now,
-                cas: 0,
             };
-            let Some(mut r) = self.reserve(new.total_len(), now) else {
+            let Some(mut r) = self.reserve(&new, now) else {
                 return (StoreOutcome::NotStored, 0);
             };
             let vo = {
+                let (wide, cas, base) = (r.wide, r.cas, self.cas_base(r.seg));
                 let b = self.region(&mut r);
-                let ko = new.write_header(b);
+                let ko = new.write_header(b, wide, cas, base);
                 b[ko..ko + key.len()].copy_from_slice(key);
                 let vo = ko + key.len();
                 let at = if append { vo + old_vlen } else { vo };
@@ -443,8 +447,11 @@ impl Store {
             let padded = digits.len() <= vlen;
             // Shard lock held (rule 2); the value range is inside the item and no other
             // borrow of it is alive. A pinned segment gets a new item (below).
-            let unpinned = if padded {
-                self.unpinned(&mut shard.held, e)
+            // A narrow record takes ids within its segment's span only.
+            let cas = self.next_cas(now);
+            let fits = hdr.prefix.wide || item::narrow_fits(cas, self.cas_base(unpack(e).0));
+            let unpinned = if padded && fits {
+                self.unpinned(&mut shard.held, e, hdr.prefix)
             } else {
                 None
             };
@@ -453,9 +460,8 @@ impl Store {
                 arith::write_in_place(rec.value(item_len - vlen, vlen), digits);
                 // As above, the mutable header window only.
                 let w = self.mut_window(&mut shard.held, e);
-                let cas = self.next_cas();
-                item::set_cas(w, cas);
-                item::set_time(w, now);
+                let written = item::set_cas(w, cas, self.cas_base(unpack(e).0));
+                debug_assert!(written, "checked to fit above");
                 if let Some(t) = ttl {
                     item::set_exptime(w, t);
                 }
@@ -475,15 +481,14 @@ impl Store {
                 vlen: if padded { vlen } else { digits.len() },
                 flags: hdr.flags,
                 exptime: hdr.exptime,
-                time: now,
-                cas: 0,
             };
-            let Some(mut r) = self.reserve(new.total_len(), now) else {
+            let Some(mut r) = self.reserve(&new, now) else {
                 return DeltaResult::NoMemory;
             };
             {
+                let (wide, cas, base) = (r.wide, r.cas, self.cas_base(r.seg));
                 let b = self.region(&mut r);
-                let ko = new.write_header(b);
+                let ko = new.write_header(b, wide, cas, base);
                 b[ko..ko + key.len()].copy_from_slice(key);
                 arith::write_in_place(&mut b[ko + key.len()..], digits);
             }
@@ -526,8 +531,10 @@ impl Store {
     pub fn flush_all(&self, oldest_live: RelTime, now: RelTime) {
         let f = &self.flush.0;
         if oldest_live <= now {
-            f.oldest_cas.store(self.next_cas(), Ordering::Release);
+            f.oldest_cas.store(self.next_cas(now), Ordering::Release);
         }
+        self.time_log
+            .set_flush(oldest_live, now, self.peek_next_cas());
         f.oldest_live.store(oldest_live, Ordering::Release);
     }
 
@@ -558,9 +565,9 @@ impl Store {
         item::set_exptime(w, exptime);
     }
 
-    /// Stamp a fresh CAS id on the written reservation `r` and point `entry` at it.
-    /// Runs under the shard lock; returns the CAS id. From here on `r`'s bytes are the
-    /// index's (rule 2): the writer only releases it.
+    /// Point `entry` at the written reservation `r`, whose header holds the CAS id
+    /// taken with its space. Runs under the shard lock; returns the CAS id. From here on
+    /// `r`'s bytes are the index's (rule 2): the writer only releases it.
     pub(crate) fn publish(
         &self,
         held: &LockHeld,
@@ -568,10 +575,7 @@ impl Store {
         entry: Entry<'_>,
         stats: &mut ShardStats,
     ) -> u64 {
-        let cas = self.next_cas();
-        // `r` is still unpublished and ours (rule 1); only its header window.
-        let w = self.reserved_window(r);
-        item::set_cas(w, cas);
+        let cas = r.cas;
         let new_e = pack(r.seg, r.off);
         match entry {
             Entry::Occupied(mut o) => {
