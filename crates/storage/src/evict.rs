@@ -63,11 +63,26 @@ impl Store {
         // Two rounds: the open segment, then a freshly found one (which always fits).
         for _ in 0..2 {
             if let Some((seg, top)) = *active {
-                let cas = self.next_cas(now);
-                let wide = !item::narrow_fits(cas, self.cas_base(seg));
-                let len = new.total_len(wide);
-                let end = top as usize + len;
-                if end <= self.segment_size {
+                // The id is taken only once the record fits, so that ids run without
+                // gaps as memcached's do. Narrow or wide is judged from the next id with
+                // room to spare, and judged again from the id taken.
+                let base = self.cas_base(seg);
+                let mut wide =
+                    !item::narrow_fits(self.peek_next_cas() + crate::store::SPAN_SLACK_IDS, base);
+                let mut len = new.total_len(wide);
+                let fits = |len: usize| top as usize + len <= self.segment_size;
+                let cas = if fits(len) {
+                    let cas = self.next_cas(now);
+                    if !wide && !item::narrow_fits(cas, base) {
+                        wide = true;
+                        len = new.total_len(true);
+                    }
+                    Some(cas)
+                } else {
+                    None
+                };
+                if let (Some(cas), true) = (cas, fits(len)) {
+                    let end = top as usize + len;
                     *active = Some((seg, end as u32));
                     self.segments[seg as usize]
                         .pending
@@ -156,8 +171,8 @@ impl Store {
                 // A segment whose base is half a span old keeps nothing, so that it
                 // starts again from a fresh base: otherwise the items written after its
                 // kept ones would soon all be wide.
-                let aged = self.peek_next_cas() - self.cas_base(victim.0)
-                    > item::NARROW_CAS_SPAN / 2;
+                let aged =
+                    self.peek_next_cas() - self.cas_base(victim.0) > item::NARROW_CAS_SPAN / 2;
                 let budget = if aged { 0 } else { budget };
                 let used = self.evict_segment(victim.0, victim.1, budget, false, now);
                 self.reopen_to_pins(victim.0);

@@ -450,7 +450,12 @@ mod tests {
         assert_eq!(ko + 3 + vlen, len);
         let h = Header::parse(&buf, base);
         assert_eq!(
-            (h.prefix.klen, h.prefix.vlen, h.prefix.has_flags, h.prefix.wide),
+            (
+                h.prefix.klen,
+                h.prefix.vlen,
+                h.prefix.has_flags,
+                h.prefix.wide
+            ),
             (3, vlen, flags != 0, wide)
         );
         assert_eq!((h.mark, h.exptime, h.cas, h.flags), (0, 99, cas, flags));
@@ -473,7 +478,18 @@ mod tests {
 
     #[test]
     fn headers_round_trip_at_every_length_code() {
-        for vlen in [0, 1, 59, 60, 315, 316, 65_535, 65_536, (1 << 24) - 1, 1 << 24] {
+        for vlen in [
+            0,
+            1,
+            59,
+            60,
+            315,
+            316,
+            65_535,
+            65_536,
+            (1 << 24) - 1,
+            1 << 24,
+        ] {
             for flags in [0, 0xDEAD_BEEF] {
                 round_trip(vlen, flags, false, 1000 + NARROW_CAS_SPAN - 2, 1000);
                 round_trip(vlen, flags, true, u64::MAX - 1, 7);
@@ -497,8 +513,17 @@ mod tests {
         assert!(!set_cas(w, 10 + NARROW_CAS_SPAN, 10));
         assert!(!set_new_version(w, 0, 1, 9, 10), "below the base");
         assert_eq!((cas(w, 10), mark(w), exptime(w)), (10, MARK_STALE, 0));
-        assert!(set_new_version(w, MARK_ACCESSED, 7, 10 + NARROW_CAS_SPAN - 1, 10));
-        assert_eq!((cas(w, 10), mark(w), exptime(w)), (10 + NARROW_CAS_SPAN - 1, MARK_ACCESSED, 7));
+        assert!(set_new_version(
+            w,
+            MARK_ACCESSED,
+            7,
+            10 + NARROW_CAS_SPAN - 1,
+            10
+        ));
+        assert_eq!(
+            (cas(w, 10), mark(w), exptime(w)),
+            (10 + NARROW_CAS_SPAN - 1, MARK_ACCESSED, 7)
+        );
     }
 
     #[test]

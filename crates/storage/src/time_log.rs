@@ -89,7 +89,10 @@ impl TimeLog {
         // yet: ids in the log must grow, so that one is counted in the earlier second.
         let cas = cas.max(first);
         inner.marks.push((now, cas));
-        if inner.flush_after != 0 && now > inner.flush_after && self.flush_cas.load(Ordering::Relaxed) == 0 {
+        if inner.flush_after != 0
+            && now > inner.flush_after
+            && self.flush_cas.load(Ordering::Relaxed) == 0
+        {
             self.flush_cas.store(cas, Ordering::Release);
         }
         if inner.marks.len() > inner.thin_at {
@@ -122,7 +125,9 @@ impl TimeLog {
         let known = if oldest_live < now {
             // Past already: the first id of a later second, or if none was taken since,
             // the next one.
-            let at = inner.marks.partition_point(|&(second, _)| second <= oldest_live);
+            let at = inner
+                .marks
+                .partition_point(|&(second, _)| second <= oldest_live);
             inner.marks.get(at).map_or(next, |&(_, first)| first)
         } else {
             0

@@ -39,7 +39,7 @@ pub use builder::{
     MEMCACHED_CAS_BYTES, MEMCACHED_ITEM_OVERHEAD_BYTES, MIN_ITEM_SIZE_MAX_BYTES, MIN_SEGMENT_BYTES,
 };
 pub use read::{KeyHash, Peeked, Visit, PREFETCH_DISTANCE};
-pub(crate) use write::{DeltaResult, WholeExtra};
+pub(crate) use write::{DeltaResult, WholeExtra, SPAN_SLACK_IDS};
 
 const MAX_SHARDS: usize = 4096;
 

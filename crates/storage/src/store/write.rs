@@ -12,6 +12,11 @@ use crate::pool::Reservation;
 use crate::table::Entry;
 use crate::{ArithOutcome, RelTime, StoreMode, StoreOutcome};
 
+/// Ids that may be taken by other writers between a look at the next CAS id and the
+/// taking of one: far more than can be, so a narrow record's room is nearly always
+/// judged right the first time (a wrong guess costs a gap in the ids, no more).
+pub(crate) const SPAN_SLACK_IDS: u64 = 1 << 20;
+
 impl Store {
     /// memcached set/add/replace/append/prepend/cas; see [`StoreMode`] for each rule.
     ///
@@ -258,9 +263,15 @@ impl Store {
         // lookups with their bounds checks before). `e` is indexed and live in the locked
         // shard, and the caller holds no borrow of its record (rule 2).
         let mut rec = self.unpinned(held, e, old.prefix)?;
-        // A narrow record holds ids within its segment's span only: past it, a new item.
+        // A narrow record holds ids within its segment's span only: past it, a new
+        // item. Judged with room to spare before the id is taken, so that ids run without
+        // gaps as memcached's do; the id taken is checked before anything is written.
+        let base = self.cas_base(unpack(e).0);
+        if !old.prefix.wide && !item::narrow_fits(self.peek_next_cas() + SPAN_SLACK_IDS, base) {
+            return None;
+        }
         let cas = self.next_cas(now);
-        if !old.prefix.wide && !item::narrow_fits(cas, self.cas_base(unpack(e).0)) {
+        if !old.prefix.wide && !item::narrow_fits(cas, base) {
             return None;
         }
         let value_at = old.prefix.key_offset() + old.prefix.klen;
@@ -274,7 +285,6 @@ impl Store {
         } else {
             0
         };
-        let base = self.cas_base(unpack(e).0);
         let written = item::set_new_version(w, mark | MARK_ACCESSED, new.exptime, cas, base);
         debug_assert!(written, "checked to fit above");
         // memcached links a new item: the item count grows, and the byte count stays.
@@ -447,10 +457,14 @@ impl Store {
             let padded = digits.len() <= vlen;
             // Shard lock held (rule 2); the value range is inside the item and no other
             // borrow of it is alive. A pinned segment gets a new item (below).
-            // A narrow record takes ids within its segment's span only.
-            let cas = self.next_cas(now);
-            let fits = hdr.prefix.wide || item::narrow_fits(cas, self.cas_base(unpack(e).0));
-            let unpinned = if padded && fits {
+            // A narrow record takes ids within its segment's span only; the id is
+            // taken only for a write in place (a new item takes its own).
+            let base = self.cas_base(unpack(e).0);
+            let fits = |cas: u64| hdr.prefix.wide || item::narrow_fits(cas, base);
+            let cas = (padded && fits(self.peek_next_cas() + SPAN_SLACK_IDS))
+                .then(|| self.next_cas(now))
+                .filter(|&cas| fits(cas));
+            let unpinned = if cas.is_some() {
                 self.unpinned(&mut shard.held, e, hdr.prefix)
             } else {
                 None
@@ -460,7 +474,8 @@ impl Store {
                 arith::write_in_place(rec.value(item_len - vlen, vlen), digits);
                 // As above, the mutable header window only.
                 let w = self.mut_window(&mut shard.held, e);
-                let written = item::set_cas(w, cas, self.cas_base(unpack(e).0));
+                let cas = cas.unwrap_or_else(|| unreachable!("taken above"));
+                let written = item::set_cas(w, cas, base);
                 debug_assert!(written, "checked to fit above");
                 if let Some(t) = ttl {
                     item::set_exptime(w, t);
