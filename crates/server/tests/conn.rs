@@ -541,12 +541,20 @@ fn buffers_are_taken_at_the_first_read_and_given_back_when_idle() {
     let pair = buffers::held_bytes();
     assert_eq!(pair, 32 * 1024, "a read and a write buffer");
     assert!(c.conn.release_idle(None));
-    assert_eq!(buffers::held_bytes(), pair, "given back to the cache, still counted");
+    assert_eq!(
+        buffers::held_bytes(),
+        pair,
+        "given back to the cache, still counted"
+    );
     assert!(!c.conn.release_idle(None), "nothing left to give back");
     let mut d = Client::new(&shared);
     d.feed(b"get a\r\n");
     assert_eq!(d.out, b"VALUE a 0 1\r\nx\r\nEND\r\n");
-    assert_eq!(buffers::held_bytes(), pair, "taken from the cache, not allocated");
+    assert_eq!(
+        buffers::held_bytes(),
+        pair,
+        "taken from the cache, not allocated"
+    );
     c.feed(b"get a\r\n");
     assert_eq!(buffers::held_bytes(), 2 * pair, "a second pair allocated");
     // A value larger than the buffers grows them; idle, they are given back and freed.

@@ -27,7 +27,8 @@
 //!   idle since the last tick (`io/worker.rs`, `BufferScan`), so that the connections
 //!   that stayed under the budget do not keep theirs for ever either.
 //!
-//! So a worker holds at most its budget, its cache and the buffers of the connections
+//! So a worker holds at most its budget (counted without the cache), its cache and the
+//! buffers of the connections
 //! that have input or output pending at that moment.
 //!
 //! The bytes held, by connections and cache together, are counted per worker in a
@@ -69,6 +70,8 @@ struct Pool {
     writes: Vec<Vec<u8>>,
     /// Bytes held by this worker's connections and cache.
     held: i64,
+    /// Of which in the cache.
+    cached: i64,
     budget: i64,
     gauge: Option<Arc<WorkerStats>>,
 }
@@ -79,6 +82,7 @@ impl Pool {
             reads: Vec::new(),
             writes: Vec::new(),
             held: 0,
+            cached: 0,
             budget: DEFAULT_BUDGET,
             gauge: None,
         }
@@ -89,7 +93,13 @@ impl Pool {
             return;
         }
         self.held += delta;
-        TIGHT.set(self.held > self.budget);
+        self.publish();
+    }
+
+    /// Only what connections hold counts against the budget: a full cache alone must
+    /// not make every request take and give back buffers.
+    fn publish(&self) {
+        TIGHT.set(self.held - self.cached > self.budget);
         if let Some(stats) = &self.gauge {
             stats
                 .conn_buffer_bytes
@@ -113,7 +123,7 @@ pub fn attach(stats: Arc<WorkerStats>, workers: usize) {
             .conn_buffer_bytes
             .store(p.held.max(0) as u64, Ordering::Relaxed);
         p.gauge = Some(stats);
-        TIGHT.set(p.held > p.budget);
+        p.publish();
     });
 }
 
@@ -123,7 +133,7 @@ pub(super) fn tight() -> bool {
     TIGHT.get()
 }
 
-/// Bytes this thread's connections and cache hold.
+/// Bytes this thread's connections and cache hold (`conn_buffer_bytes`).
 #[must_use]
 pub fn held_bytes() -> usize {
     with_pool(|p| p.held.max(0) as usize).unwrap_or(0)
@@ -132,10 +142,13 @@ pub fn held_bytes() -> usize {
 /// A read buffer of [`CHUNK`] bytes.
 pub(super) fn take_read() -> Vec<u8> {
     with_pool(|p| {
-        p.reads.pop().unwrap_or_else(|| {
-            p.adjust(CHUNK as i64);
-            vec![0; CHUNK]
-        })
+        if let Some(buf) = p.reads.pop() {
+            p.cached -= buf.capacity() as i64;
+            p.publish();
+            return buf;
+        }
+        p.adjust(CHUNK as i64);
+        vec![0; CHUNK]
     })
     .unwrap_or_else(|| vec![0; CHUNK])
 }
@@ -143,10 +156,13 @@ pub(super) fn take_read() -> Vec<u8> {
 /// An empty write buffer of at least [`CHUNK`] bytes' capacity.
 pub(super) fn take_write() -> Vec<u8> {
     with_pool(|p| {
-        p.writes.pop().unwrap_or_else(|| {
-            p.adjust(CHUNK as i64);
-            Vec::with_capacity(CHUNK)
-        })
+        if let Some(buf) = p.writes.pop() {
+            p.cached -= buf.capacity() as i64;
+            p.publish();
+            return buf;
+        }
+        p.adjust(CHUNK as i64);
+        Vec::with_capacity(CHUNK)
     })
     .unwrap_or_else(|| Vec::with_capacity(CHUNK))
 }
@@ -158,7 +174,9 @@ pub(super) fn give_read(buf: Vec<u8>) {
     }
     with_pool(|p| {
         if buf.len() == CHUNK && buf.capacity() == CHUNK && p.reads.len() < CACHE_MAX {
+            p.cached += buf.capacity() as i64;
             p.reads.push(buf);
+            p.publish();
         } else {
             p.adjust(-(buf.capacity() as i64));
         }
@@ -174,7 +192,9 @@ pub(super) fn give_write(mut buf: Vec<u8>) {
         let cap = buf.capacity();
         if (CHUNK..=KEEP).contains(&cap) && p.writes.len() < CACHE_MAX {
             buf.clear();
+            p.cached += cap as i64;
             p.writes.push(buf);
+            p.publish();
         } else {
             p.adjust(-(cap as i64));
         }
