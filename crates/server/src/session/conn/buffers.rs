@@ -28,8 +28,7 @@
 //!   that stayed under the budget do not keep theirs for ever either.
 //!
 //! So a worker holds at most its budget (counted without the cache), its cache and the
-//! buffers of the connections
-//! that have input or output pending at that moment.
+//! buffers of the connections that have input or output pending at that moment.
 //!
 //! The bytes held, by connections and cache together, are counted per worker in a
 //! plain thread-local number, changed only where a buffer is allocated, freed or found
