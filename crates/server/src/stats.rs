@@ -16,6 +16,9 @@ macro_rules! counters {
         #[repr(align(64))]
         pub struct WorkerStats {
             $(pub $name: AtomicU64,)*
+            /// Not a counter but a level, which `stats reset` leaves alone: bytes of
+            /// connection buffers the worker holds (`session/conn/buffers.rs`).
+            pub conn_buffer_bytes: AtomicU64,
         }
 
         /// A plain copy of counters, summed over workers.
@@ -108,6 +111,15 @@ impl StatsRegistry {
     pub fn snapshot(&self) -> Counters {
         let base = *self.baseline.lock().unwrap_or_else(|e| e.into_inner());
         self.raw().saturating_sub(&base)
+    }
+
+    /// Bytes of connection buffers all workers hold (a level: never reset).
+    #[must_use]
+    pub fn conn_buffer_bytes(&self) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| w.conn_buffer_bytes.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// `stats reset`.

@@ -523,3 +523,59 @@ fn multi_get_pauses_mid_line_under_backpressure() {
     assert_eq!(c.out.len(), want.len());
     assert!(c.out == want, "replies differ");
 }
+
+/// Connection buffers (`session/conn/buffers.rs`): none until the first read, counted
+/// in the thread's (the worker's) total, given back to its cache when the connection is
+/// released idle, and taken from that cache by the next connection.
+#[test]
+fn buffers_are_taken_at_the_first_read_and_given_back_when_idle() {
+    use ferrocache_server::session::conn::buffers;
+    let shared = shared(&[]);
+    // Each test runs on a thread of its own: the count starts at zero.
+    assert_eq!(buffers::held_bytes(), 0);
+    let mut c = Client::new(&shared);
+    assert_eq!(buffers::held_bytes(), 0, "a new connection holds no buffer");
+    c.feed(b"set a 0 0 1\r\nx\r\nget a\r\n");
+    assert_eq!(c.out, b"STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\n");
+    c.conn.shrink_idle();
+    let pair = buffers::held_bytes();
+    assert_eq!(pair, 32 * 1024, "a read and a write buffer");
+    assert!(c.conn.release_idle(None));
+    assert_eq!(
+        buffers::held_bytes(),
+        pair,
+        "given back to the cache, still counted"
+    );
+    assert!(!c.conn.release_idle(None), "nothing left to give back");
+    let mut d = Client::new(&shared);
+    d.feed(b"get a\r\n");
+    assert_eq!(d.out, b"VALUE a 0 1\r\nx\r\nEND\r\n");
+    assert_eq!(
+        buffers::held_bytes(),
+        pair,
+        "taken from the cache, not allocated"
+    );
+    c.feed(b"get a\r\n");
+    assert_eq!(buffers::held_bytes(), 2 * pair, "a second pair allocated");
+    // A value larger than the buffers grows them; idle, they are given back and freed.
+    let big = vec![b'v'; 200 * 1024];
+    let mut set = b"set big 0 0 204800\r\n".to_vec();
+    set.extend_from_slice(&big);
+    set.extend_from_slice(b"\r\n");
+    c.out.clear();
+    c.feed(&set);
+    assert_eq!(c.out, b"STORED\r\n");
+    c.conn.shrink_idle();
+    assert_eq!(
+        buffers::held_bytes(),
+        pair + 16 * 1024,
+        "d's pair, and c's write buffer cached: its grown read buffer was freed"
+    );
+    drop(c);
+    drop(d);
+    assert_eq!(
+        buffers::held_bytes(),
+        pair + 16 * 1024,
+        "closed connections' buffers cached"
+    );
+}

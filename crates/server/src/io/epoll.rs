@@ -21,7 +21,8 @@ use crate::io::net::{Listener, Stream};
 use crate::io::spin::AdaptiveSpin;
 use crate::io::udp::UdpEndpoint;
 use crate::io::worker::{
-    admit, clear_wake, IdleScan, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
+    admit, clear_wake, BufferScan, IdleScan, SCAN_PERIOD, SHUTDOWN_WRITE_TIMEOUT,
+    TOO_MANY_CONNECTIONS,
 };
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
@@ -144,15 +145,13 @@ impl Worker {
             self.shared.conns.listening(&u.socket, true, now);
         }
         let mut events = Events::with_capacity(1024);
-        let idle_timeout = self.shared.settings.idle_timeout_secs;
         let mut idle = IdleScan::new(&self.shared);
+        let mut buffer_scan = BufferScan::new(&self.shared);
         loop {
             let timeout = if !self.again.is_empty() {
                 Some(Duration::ZERO)
-            } else if idle_timeout > 0 {
-                Some(Duration::from_secs(1))
             } else {
-                None
+                Some(SCAN_PERIOD)
             };
             if let Err(e) = self.wait(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -178,6 +177,13 @@ impl Worker {
             }
             for idx in idle.due(&self.shared, &self.clients, |c| c.entry.last_input()) {
                 self.close(idx);
+            }
+            if let Some(now) = buffer_scan.due(&self.shared) {
+                for c in self.clients.iter_mut().flatten() {
+                    if BufferScan::idle(now, c.entry.last_input()) {
+                        c.conn.release_idle(None);
+                    }
+                }
             }
         }
     }

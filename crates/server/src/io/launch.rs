@@ -114,6 +114,7 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
     }
 
     let backend = shared.settings.io_backend;
+    let threads = shared.settings.threads;
     let mut wakers = Vec::new();
     let mut handles = Vec::new();
     for (id, (listeners, udp)) in per_worker.into_iter().enumerate() {
@@ -131,6 +132,7 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
             std::thread::Builder::new()
                 .name(format!("worker-{id}"))
                 .spawn(move || {
+                    crate::session::conn::buffers::attach(stats.clone(), threads);
                     if let Some(cpu) = pin {
                         if let Err(e) = crate::sys::pin_current_thread(cpu) {
                             eprintln!("ferrocache: cannot pin worker {id} to CPU {cpu}: {e}");

@@ -42,7 +42,8 @@ use crate::io::net::Listener;
 use crate::io::spin::AdaptiveSpin;
 use crate::io::udp::UdpEndpoint;
 use crate::io::worker::{
-    admit, clear_wake, IdleScan, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
+    admit, clear_wake, BufferScan, IdleScan, SCAN_PERIOD, SHUTDOWN_WRITE_TIMEOUT,
+    TOO_MANY_CONNECTIONS,
 };
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
@@ -64,8 +65,6 @@ const GENERATION_MASK: u32 = (1 << 20) - 1;
 /// How long a failed multishot accept (`EMFILE`, say) waits before it is
 /// submitted again, so that a full descriptor table does not spin the loop.
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
-/// Send buffers that grew past this (a big value) are shrunk when idle.
-const IDLE_SEND_BUFFER_KEEP_BYTES: usize = 64 * 1024;
 
 /// Which backend to run, given `--io-backend`, and the line to log when
 /// io_uring was wanted and cannot be had.
@@ -223,15 +222,13 @@ impl UringWorker {
                 .poll_multi(u.socket.as_raw_fd(), UDP_TOKEN | i as u64);
         }
         self.ring.poll_multi(self.wake.as_raw_fd(), WAKE_TOKEN);
-        let idle_timeout = self.shared.settings.idle_timeout_secs;
         let mut idle = IdleScan::new(&self.shared);
+        let mut buffer_scan = BufferScan::new(&self.shared);
         loop {
             let timeout = if !self.accept_retry.is_empty() {
                 Some(ACCEPT_RETRY)
-            } else if idle_timeout > 0 {
-                Some(Duration::from_secs(1))
             } else {
-                None
+                Some(SCAN_PERIOD)
             };
             // With `--busy-poll-us N`, up to N µs awake before sleeping, while polling
             // pays (`spin.rs`, `Ring::spin_for_completion`).
@@ -265,6 +262,18 @@ impl UringWorker {
             self.drive_dirty();
             for idx in idle.due(&self.shared, &self.clients, |c| c.entry.last_input()) {
                 self.close(idx);
+            }
+            if let Some(now) = buffer_scan.due(&self.shared) {
+                for c in self.clients.iter_mut().flatten() {
+                    // Not while a send holds the send buffer, or part of it is unsent.
+                    let Some(out) = c.out.as_mut().filter(|o| c.out_sent >= o.len()) else {
+                        continue;
+                    };
+                    if BufferScan::idle(now, c.entry.last_input()) && c.conn.release_idle(Some(out))
+                    {
+                        c.out_sent = 0;
+                    }
+                }
             }
         }
     }
@@ -621,11 +630,9 @@ fn drive_client(ring: &mut Ring, exec: &Exec<'_>, c: &mut Client, draining: bool
         c.recv_armed = true;
     }
     if idle_output && !c.conn.has_input() {
-        c.conn.shrink_idle();
         if let Some(out) = &mut c.out {
-            if out.capacity() > IDLE_SEND_BUFFER_KEEP_BYTES {
-                *out = Vec::new();
-            }
+            // Counted and given back with the connection's buffers (`buffers.rs`).
+            c.conn.shrink_idle_with(out);
         }
     }
     true

@@ -1,5 +1,6 @@
 //! What the epoll and io_uring workers share: admission against `-c`, the wake-up
-//! eventfd, the idle-timeout scan, and shutdown's limits.
+//! eventfd, the idle-timeout scan, the idle connections' buffer scan, and shutdown's
+//! limits.
 
 use std::fs::File;
 use std::io::Read;
@@ -70,3 +71,42 @@ impl IdleScan {
             .collect()
     }
 }
+
+/// How long a connection must have received nothing before the buffer scan takes its
+/// buffers back: two ticks of the server clock, so at least one whole second.
+pub(crate) const BUFFER_IDLE_SECS: u32 = 2;
+
+/// Once per second of server time, each worker gives back the buffers of the connections
+/// that received nothing for [`BUFFER_IDLE_SECS`] and hold nothing (see
+/// `session/conn/buffers.rs`: under its budget a connection keeps its buffers between
+/// turns, and this is what takes them from one that went quiet). Each worker's wait for
+/// events is capped at a second for it.
+pub(crate) struct BufferScan {
+    last: u32,
+}
+
+impl BufferScan {
+    pub fn new(shared: &Shared) -> BufferScan {
+        BufferScan {
+            last: shared.clock.now(),
+        }
+    }
+
+    /// The server time, when it has ticked since the last scan; a connection whose last
+    /// input came at `last_input` is then idle enough if [`BufferScan::idle`] says so.
+    pub fn due(&mut self, shared: &Shared) -> Option<u32> {
+        let now = shared.clock.now();
+        if now == self.last {
+            return None;
+        }
+        self.last = now;
+        Some(now)
+    }
+
+    pub fn idle(now: u32, last_input: u32) -> bool {
+        now.saturating_sub(last_input) >= BUFFER_IDLE_SECS
+    }
+}
+
+/// How long a worker may wait for events: a second, for the scans above.
+pub(crate) const SCAN_PERIOD: Duration = Duration::from_secs(1);

@@ -106,6 +106,8 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("reclaimed", store.reclaimed);
     o.num("crawler_reclaimed", crawler_reclaimed);
     o.num("crawler_items_checked", crawler_checked);
+    // ferrocache's own lines, after memcached's.
+    o.num("conn_buffer_bytes", shared.stats.conn_buffer_bytes());
     o.end();
 }
 

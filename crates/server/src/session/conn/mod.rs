@@ -13,6 +13,7 @@
 //!         0        wpos                      len
 //! ```
 
+pub mod buffers;
 mod modes;
 
 use std::io::{self, IoSlice};
@@ -34,7 +35,7 @@ use crate::reply::splice::{Output, Splices};
 use crate::session::ahead::{Ahead, Kind};
 
 /// Smallest free space offered to a read.
-const READ_CHUNK_BYTES: usize = 16 * 1024;
+const READ_CHUNK_BYTES: usize = buffers::CHUNK;
 /// Stop executing requests while this much output is waiting for the socket,
 /// so a client that pipelines without reading cannot grow our memory.
 const OUTPUT_HIGH_WATER_BYTES: usize = 1024 * 1024;
@@ -42,8 +43,8 @@ const OUTPUT_HIGH_WATER_BYTES: usize = 1024 * 1024;
 /// value, a long multi-get line): a client that pipelines without reading its
 /// replies holds at most this much plus the output high-water mark.
 const READ_AHEAD_BYTES: usize = 256 * 1024;
-/// Buffers that grew past this (a big value) are shrunk back when idle.
-const IDLE_BUFFER_KEEP_BYTES: usize = 64 * 1024;
+/// Buffers that grew past this (a big value) are given back when idle.
+const IDLE_BUFFER_KEEP_BYTES: usize = buffers::KEEP;
 
 /// Connection states, as memcached's `conn_states` that matter here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,6 +116,10 @@ pub struct Conn {
     ahead: Ahead,
     /// The socket's descriptor, for `stats conns` (-1 where there is none: UDP).
     fd: i32,
+    /// Buffer bytes this connection is counted for in its worker's total
+    /// (`buffers.rs`): its buffers' capacities (and the io_uring send buffer's) as
+    /// last seen at the end of a turn that emptied it, or when taken.
+    accounted: usize,
 }
 
 /// Where to resume a multi-get whose line is still at the start of the input.
@@ -146,6 +151,16 @@ impl Default for Conn {
     }
 }
 
+impl Drop for Conn {
+    /// The buffers go back to the worker's cache; a backend's send buffer counted
+    /// with them is freed by its owner.
+    fn drop(&mut self) {
+        self.settle(0);
+        buffers::give_read(std::mem::take(&mut self.rbuf));
+        buffers::give_write(std::mem::take(&mut self.wbuf));
+    }
+}
+
 impl Conn {
     /// The socket's descriptor, for `stats conns`.
     pub fn set_fd(&mut self, fd: i32) {
@@ -155,10 +170,11 @@ impl Conn {
     #[must_use]
     pub fn new() -> Self {
         Conn {
-            rbuf: vec![0; READ_CHUNK_BYTES],
+            // Taken when the first bytes are to be read (`buffers.rs`).
+            rbuf: Vec::new(),
             rpos: 0,
             rlen: 0,
-            wbuf: Vec::with_capacity(READ_CHUNK_BYTES),
+            wbuf: Vec::new(),
             wpos: 0,
             state: State::ReadLine,
             mode: Mode::Undecided,
@@ -172,6 +188,7 @@ impl Conn {
             dump: None,
             ahead: Ahead::default(),
             fd: -1,
+            accounted: 0,
         }
     }
 
@@ -199,6 +216,10 @@ impl Conn {
             self.rlen = 0;
         }
         if self.rbuf.len() - self.rlen < READ_CHUNK_BYTES {
+            if self.rbuf.is_empty() {
+                self.take_buffers();
+                return &mut self.rbuf[..];
+            }
             if self.rpos > 0 {
                 self.rbuf.copy_within(self.rpos..self.rlen, 0);
                 self.rlen -= self.rpos;
@@ -290,6 +311,11 @@ impl Conn {
     /// the io_uring backend hands `out` to the kernel and gives the previous
     /// send buffer to the connection to compose into.
     pub fn take_output(&mut self, out: &mut Vec<u8>) {
+        if out.capacity() == 0 {
+            // Given back while idle: the connection composes into a cached one.
+            *out = buffers::take_write();
+            self.accounted += out.capacity();
+        }
         out.clear();
         if self.wpos == 0 {
             std::mem::swap(&mut self.wbuf, out);
@@ -330,28 +356,102 @@ impl Conn {
         }
     }
 
-    /// Give back memory after a burst (called when the connection is idle, after
-    /// every turn that drained it). The check is inlined at the call: it runs on every
-    /// turn and nearly always finds nothing, so a call would cost more than the check.
+    /// Call at the end of every turn that left the connection with no input and no
+    /// output pending: gives the buffers back when the worker holds more than its
+    /// budget or they grew past the size kept (a big value), and counts any growth
+    /// (`buffers.rs`). The check is inlined at the call: it runs on every turn and
+    /// nearly always finds nothing, so a call would cost more than the check.
     #[inline(always)]
     pub fn shrink_idle(&mut self) {
-        if self.rbuf.len() > IDLE_BUFFER_KEEP_BYTES || self.wbuf.capacity() > IDLE_BUFFER_KEEP_BYTES
-        {
-            self.shrink_buffers();
+        if self.rbuf.capacity() + self.wbuf.capacity() != self.accounted || buffers::tight() {
+            self.idle_buffers(None);
         }
+    }
+
+    /// [`Conn::shrink_idle`] for a connection whose replies go out in a send buffer of
+    /// the backend's (`out`, swapped with the connection's by [`Conn::take_output`]),
+    /// counted and given back with the connection's own; none may be in flight.
+    #[inline(always)]
+    pub fn shrink_idle_with(&mut self, out: &mut Vec<u8>) {
+        let held = self.rbuf.capacity() + self.wbuf.capacity() + out.capacity();
+        if held != self.accounted || buffers::tight() {
+            self.idle_buffers(Some(out));
+        }
+    }
+
+    /// Give every buffer back if the connection holds nothing (no input, no output,
+    /// no multi-get or dump paused), as the once-a-second scan does for connections
+    /// that stayed idle. Returns whether it held any.
+    pub fn release_idle(&mut self, out: Option<&mut Vec<u8>>) -> bool {
+        let extra = out.as_ref().map_or(0, |o| o.capacity());
+        if self.rbuf.capacity() + self.wbuf.capacity() + extra == 0 || !self.is_empty() {
+            return false;
+        }
+        self.release_buffers(out);
+        true
+    }
+
+    /// Nothing buffered that a later turn needs.
+    fn is_empty(&self) -> bool {
+        !self.has_input()
+            && self.wpos == self.wbuf.len()
+            && self.paused_get.is_none()
+            && self.dump.is_none()
     }
 
     #[cold]
     #[inline(never)]
-    fn shrink_buffers(&mut self) {
-        if !self.has_input() && self.rbuf.len() > IDLE_BUFFER_KEEP_BYTES {
-            self.rbuf = vec![0; READ_CHUNK_BYTES];
-            self.rpos = 0;
-            self.rlen = 0;
+    fn idle_buffers(&mut self, out: Option<&mut Vec<u8>>) {
+        let extra = out.as_ref().map_or(0, |o| o.capacity());
+        let big = self.rbuf.capacity() > IDLE_BUFFER_KEEP_BYTES
+            || self.wbuf.capacity() > IDLE_BUFFER_KEEP_BYTES
+            || extra > IDLE_BUFFER_KEEP_BYTES;
+        if (big || buffers::tight()) && self.is_empty() {
+            self.release_buffers(out);
+        } else {
+            self.settle(extra);
         }
-        if self.wbuf.is_empty() && self.wbuf.capacity() > IDLE_BUFFER_KEEP_BYTES {
-            self.wbuf = Vec::with_capacity(READ_CHUNK_BYTES);
+    }
+
+    /// Count in the worker's total what the buffers hold now (`extra`: the
+    /// backend's send buffer).
+    fn settle(&mut self, extra: usize) {
+        let held = self.rbuf.capacity() + self.wbuf.capacity() + extra;
+        if held != self.accounted {
+            buffers::adjust(held as i64 - self.accounted as i64);
+            self.accounted = held;
         }
+    }
+
+    /// Take a read and a write buffer from the worker's cache (`read_space` with none).
+    #[cold]
+    #[inline(never)]
+    fn take_buffers(&mut self) {
+        debug_assert!(self.rbuf.is_empty() && self.rpos == 0 && self.rlen == 0);
+        let old = self.rbuf.capacity();
+        self.rbuf = buffers::take_read();
+        self.accounted = self.accounted - old + self.rbuf.capacity();
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = buffers::take_write();
+            self.accounted += self.wbuf.capacity();
+        }
+    }
+
+    /// Give the buffers (and the backend's send buffer `out`) back to the worker's
+    /// cache; the connection must hold nothing.
+    fn release_buffers(&mut self, out: Option<&mut Vec<u8>>) {
+        let extra = out.as_ref().map_or(0, |o| o.capacity());
+        self.settle(extra);
+        buffers::give_read(std::mem::take(&mut self.rbuf));
+        self.rpos = 0;
+        self.rlen = 0;
+        buffers::give_write(std::mem::take(&mut self.wbuf));
+        self.wpos = 0;
+        self.flush_mark = 0;
+        if let Some(out) = out {
+            buffers::give_write(std::mem::take(out));
+        }
+        self.accounted = 0;
     }
 
     /// Execute every complete request in the input; returns what to do next. The one

@@ -1,0 +1,206 @@
+//! Connection buffers: a connection holds none until it first has bytes to read, and
+//! gives them back when it holds nothing, through a small per-worker cache.
+//!
+//! The promise they serve: with `-m M` the process stays under 1.05 M + 32 MiB, with
+//! up to `-c` idle connections; a buffer kept by each idle connection (16 KiB to read
+//! into, 16 KiB to compose replies in) would cost 160 MiB at 5 000 of them.
+//!
+//! How, and why this way:
+//! - A connection takes its read and write buffers the first time a read needs space
+//!   (`Conn::read_space`, whose room-making branch already runs then): one never used
+//!   costs only the `Conn`.
+//! - Giving the buffers back after every turn that leaves a connection empty, as
+//!   memcached 1.6 does with its per-thread read-buffer cache, would add a take and a
+//!   give (a cache pop and push, 60 to 80 instructions with the thread-local access) to
+//!   every request of a client that waits for each reply: the commonest shape, whose
+//!   instructions per request are measured (`scripts/callgrind-per-request`). So a
+//!   connection keeps its buffers between turns while its worker holds at most a
+//!   budget of buffer memory ([`attach`]: 8 MiB over all workers, 256 KiB at least
+//!   each, 128 connections' buffers at `-t 2`). The check at the end of a turn is one
+//!   thread-local flag, read where the turn already checks the buffers' sizes.
+//! - Over the budget, a connection gives its buffers back at the end of every turn
+//!   that leaves it empty: memcached's scheme, paid only when there are many clients.
+//!   Given back, a buffer goes to the worker's cache (at most [`CACHE_MAX`] of each
+//!   kind) or is freed; taken, it comes from the cache, so with many connections the
+//!   requests take and give back cached buffers rather than call malloc and free.
+//! - Once a second the worker also takes the buffers of connections that have been
+//!   idle since the last tick (`io/worker.rs`, `BufferScan`), so that the connections
+//!   that stayed under the budget do not keep theirs for ever either.
+//!
+//! So a worker holds at most its budget (counted without the cache), its cache and the
+//! buffers of the connections that have input or output pending at that moment.
+//!
+//! The bytes held, by connections and cache together, are counted per worker in a
+//! plain thread-local number, changed only where a buffer is allocated, freed or found
+//! grown at the end of a turn (never on a request that reuses what it has), and
+//! published to the worker's `WorkerStats::conn_buffer_bytes` for `stats`.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::stats::WorkerStats;
+
+/// The size of a read buffer, and of a write buffer when taken.
+pub(super) const CHUNK: usize = 16 * 1024;
+/// Write buffers that grew past this are freed when given back, not cached.
+pub(super) const KEEP: usize = 64 * 1024;
+/// Buffers of each kind (read, write) a worker keeps for the next connection.
+pub const CACHE_MAX: usize = 16;
+/// Buffer memory all workers' connections may keep between turns.
+pub const TOTAL_BUDGET_BYTES: usize = 8 << 20;
+/// The least any one worker may keep.
+pub const MIN_WORKER_BUDGET_BYTES: usize = 256 << 10;
+/// A thread that never called [`attach`] (tests, fuzzing): as a worker at `-t 4`.
+const DEFAULT_BUDGET: i64 = (TOTAL_BUDGET_BYTES / 4) as i64;
+
+thread_local! {
+    /// The worker holds more than its budget: connections give their buffers back at
+    /// the end of every turn that empties them. Apart from the pool, so that reading
+    /// it is one load (a `const` thread-local with no destructor to register).
+    static TIGHT: Cell<bool> = const { Cell::new(false) };
+    static POOL: RefCell<Pool> = const { RefCell::new(Pool::new()) };
+}
+
+struct Pool {
+    /// Read buffers of exactly [`CHUNK`] bytes (length and capacity).
+    reads: Vec<Vec<u8>>,
+    /// Empty write buffers of [`CHUNK`] to [`KEEP`] bytes' capacity.
+    writes: Vec<Vec<u8>>,
+    /// Bytes held by this worker's connections and cache.
+    held: i64,
+    /// Of which in the cache.
+    cached: i64,
+    budget: i64,
+    gauge: Option<Arc<WorkerStats>>,
+}
+
+impl Pool {
+    const fn new() -> Pool {
+        Pool {
+            reads: Vec::new(),
+            writes: Vec::new(),
+            held: 0,
+            cached: 0,
+            budget: DEFAULT_BUDGET,
+            gauge: None,
+        }
+    }
+
+    fn adjust(&mut self, delta: i64) {
+        if delta == 0 {
+            return;
+        }
+        self.held += delta;
+        self.publish();
+    }
+
+    /// Only what connections hold counts against the budget: a full cache alone must
+    /// not make every request take and give back buffers.
+    fn publish(&self) {
+        TIGHT.set(self.held - self.cached > self.budget);
+        if let Some(stats) = &self.gauge {
+            stats
+                .conn_buffer_bytes
+                .store(self.held.max(0) as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+fn with_pool<R>(f: impl FnOnce(&mut Pool) -> R) -> Option<R> {
+    // `try_with`: a connection dropped while its thread exits finds no pool.
+    POOL.try_with(|p| f(&mut p.borrow_mut())).ok()
+}
+
+/// Make the calling thread a worker that publishes its buffer bytes to `stats`,
+/// keeping at most its share of [`TOTAL_BUDGET_BYTES`] among `workers`.
+pub fn attach(stats: Arc<WorkerStats>, workers: usize) {
+    let budget = (TOTAL_BUDGET_BYTES / workers.max(1)).max(MIN_WORKER_BUDGET_BYTES);
+    with_pool(|p| {
+        p.budget = budget as i64;
+        stats
+            .conn_buffer_bytes
+            .store(p.held.max(0) as u64, Ordering::Relaxed);
+        p.gauge = Some(stats);
+        p.publish();
+    });
+}
+
+/// Whether connections should give their buffers back at the end of each turn.
+#[inline(always)]
+pub(super) fn tight() -> bool {
+    TIGHT.get()
+}
+
+/// Bytes this thread's connections and cache hold (`conn_buffer_bytes`).
+#[must_use]
+pub fn held_bytes() -> usize {
+    with_pool(|p| p.held.max(0) as usize).unwrap_or(0)
+}
+
+/// A read buffer of [`CHUNK`] bytes.
+pub(super) fn take_read() -> Vec<u8> {
+    with_pool(|p| {
+        if let Some(buf) = p.reads.pop() {
+            p.cached -= buf.capacity() as i64;
+            p.publish();
+            return buf;
+        }
+        p.adjust(CHUNK as i64);
+        vec![0; CHUNK]
+    })
+    .unwrap_or_else(|| vec![0; CHUNK])
+}
+
+/// An empty write buffer of at least [`CHUNK`] bytes' capacity.
+pub(super) fn take_write() -> Vec<u8> {
+    with_pool(|p| {
+        if let Some(buf) = p.writes.pop() {
+            p.cached -= buf.capacity() as i64;
+            p.publish();
+            return buf;
+        }
+        p.adjust(CHUNK as i64);
+        Vec::with_capacity(CHUNK)
+    })
+    .unwrap_or_else(|| Vec::with_capacity(CHUNK))
+}
+
+/// Take back a connection's read buffer (counted as held): cached, or freed.
+pub(super) fn give_read(buf: Vec<u8>) {
+    if buf.capacity() == 0 {
+        return;
+    }
+    with_pool(|p| {
+        if buf.len() == CHUNK && buf.capacity() == CHUNK && p.reads.len() < CACHE_MAX {
+            p.cached += buf.capacity() as i64;
+            p.reads.push(buf);
+            p.publish();
+        } else {
+            p.adjust(-(buf.capacity() as i64));
+        }
+    });
+}
+
+/// Take back a connection's write buffer (counted as held): cached, or freed.
+pub(super) fn give_write(mut buf: Vec<u8>) {
+    if buf.capacity() == 0 {
+        return;
+    }
+    with_pool(|p| {
+        let cap = buf.capacity();
+        if (CHUNK..=KEEP).contains(&cap) && p.writes.len() < CACHE_MAX {
+            buf.clear();
+            p.cached += cap as i64;
+            p.writes.push(buf);
+            p.publish();
+        } else {
+            p.adjust(-(cap as i64));
+        }
+    });
+}
+
+/// Buffers held by a connection grew or shrank by `delta` bytes.
+pub(super) fn adjust(delta: i64) {
+    with_pool(|p| p.adjust(delta));
+}
