@@ -239,6 +239,10 @@ pub struct StoreStats {
     pub segment_size: u64,
     /// Live items kept by the second-chance rule when their segment was evicted.
     pub items_retained: u64,
+    /// Bytes of RAM the index takes (every shard's bucket array).
+    pub index_bytes: u64,
+    /// What segments and index together may take: 1.05 x the memory limit.
+    pub budget_bytes: u64,
 }
 
 /// Why [`StoreBuilder::build`] refused a configuration.

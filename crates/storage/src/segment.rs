@@ -143,16 +143,16 @@ impl SegmentMem {
     /// # Safety
     /// As for [`SegmentMem::bytes`], for the whole record.
     #[inline(always)]
-    pub unsafe fn record<T>(
+    pub unsafe fn record<H: RecordHead>(
         &self,
         off: usize,
         head: usize,
-        len_of: impl FnOnce(&[u8]) -> (usize, T),
-    ) -> (T, &[u8]) {
+        len_of: H,
+    ) -> (H::Out, &[u8]) {
         let p = self.base(off, head);
         // SAFETY: `base` checked `off + head` against the allocation; the caller
         // guarantees no concurrent writer of these bytes.
-        let (len, decoded) = len_of(unsafe { std::slice::from_raw_parts(p.as_ptr(), head) });
+        let (len, decoded) = len_of.decode(unsafe { std::slice::from_raw_parts(p.as_ptr(), head) });
         // `base` checked `off <= self.len`.
         assert!(
             len <= self.len - off,
@@ -254,6 +254,15 @@ pub(crate) fn prefetch_head(start: usize, len: usize) {
     prefetch_line(start.wrapping_add(len.saturating_sub(1)));
 }
 
+/// How a record's length is found from its first bytes, for [`SegmentMem::record`] and
+/// [`record_at`]: a trait with an always-inlined method rather than a closure, which the
+/// compiler stopped inlining once the decoding grew (a call on every lookup).
+pub(crate) trait RecordHead {
+    type Out;
+    /// The record's length (0: read nothing past the head) and what was decoded.
+    fn decode(self, head: &[u8]) -> (usize, Self::Out);
+}
+
 /// [`SegmentMem::record`] at an address from [`SegmentMem::address_of`], without the
 /// segment: no load of its address and no bounds checks.
 ///
@@ -263,14 +272,14 @@ pub(crate) fn prefetch_head(start: usize, len: usize) {
 /// length (or less). No thread may write the bytes while the borrow lives (rule 2), and
 /// the segment outlives it.
 #[inline(always)]
-pub(crate) unsafe fn record_at<'a, T>(
+pub(crate) unsafe fn record_at<'a, H: RecordHead>(
     rec: *const u8,
     head: usize,
-    len_of: impl FnOnce(&[u8]) -> (usize, T),
-) -> (T, &'a [u8]) {
+    len_of: H,
+) -> (H::Out, &'a [u8]) {
     // SAFETY: the record's first `head` bytes are inside the segment (the caller's
     // record is at least that long), initialised, and not written meanwhile.
-    let (len, decoded) = len_of(unsafe { std::slice::from_raw_parts(rec, head) });
+    let (len, decoded) = len_of.decode(unsafe { std::slice::from_raw_parts(rec, head) });
     // SAFETY: `len` bytes from `rec` are the record (or its start), as above.
     (decoded, unsafe { std::slice::from_raw_parts(rec, len) })
 }

@@ -106,7 +106,15 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("reclaimed", store.reclaimed);
     o.num("crawler_reclaimed", crawler_reclaimed);
     o.num("crawler_items_checked", crawler_checked);
-    // ferrocache's own lines, after memcached's.
+    // ferrocache's own lines, after memcached's: where the memory goes. Items and index
+    // share the store's budget (1.05 x -m); connection buffers and the rest of the
+    // process live in the 32 MiB beside it (docs/design.md, "The memory budget").
+    o.num("store_budget_bytes", store.budget_bytes);
+    o.num(
+        "item_memory_bytes",
+        store.segments_used * store.segment_size,
+    );
+    o.num("index_bytes", store.index_bytes);
     o.num("conn_buffer_bytes", shared.stats.conn_buffer_bytes());
     o.end();
 }

@@ -246,6 +246,8 @@ impl Store {
             segments_total: limit as u64,
             segment_size: self.segment_size as u64,
             items_retained: sum.items_retained,
+            index_bytes: index_bytes as u64,
+            budget_bytes: store_budget(self.memory_limit.load(Ordering::Relaxed)) as u64,
         }
     }
 

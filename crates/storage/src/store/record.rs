@@ -170,7 +170,7 @@ impl Store {
         // key length gives an empty record, so the key is not read.
         let (p, record) = unsafe {
             self.mem(seg)
-                .record(off as usize, PREFIX_MAX_BYTES, len_if_key_len(key.len()))
+                .record(off as usize, PREFIX_MAX_BYTES, IfKeyLen(key.len()))
         };
         if_key(p, record, key)
     }
@@ -204,8 +204,7 @@ impl Store {
         // once it has one, so `rec` is still `e`'s record; the record was checked to lie
         // inside its segment when it was written, and rule 2 keeps writers out while
         // the lock is held.
-        let (p, record) =
-            unsafe { segment::record_at(rec, PREFIX_MAX_BYTES, len_if_key_len(key.len())) };
+        let (p, record) = unsafe { segment::record_at(rec, PREFIX_MAX_BYTES, IfKeyLen(key.len())) };
         if_key(p, record, key).map(|record| (pos, e, record))
     }
 
@@ -393,16 +392,20 @@ impl Walk<'_> {
 
 /// For reading a record from its prefix: its length if its key is `key_len` bytes
 /// long, else 0 (so that nothing past the prefix is read), with the prefix.
-#[inline(always)]
-fn len_if_key_len(key_len: usize) -> impl FnOnce(&[u8]) -> (usize, Prefix) {
-    move |b| {
+struct IfKeyLen(usize);
+
+impl segment::RecordHead for IfKeyLen {
+    type Out = Prefix;
+
+    #[inline(always)]
+    fn decode(self, b: &[u8]) -> (usize, Prefix) {
         let p = Prefix::parse(b);
-        let len = if p.klen == key_len { p.total_len() } else { 0 };
+        let len = if p.klen == self.0 { p.total_len() } else { 0 };
         (len, p)
     }
 }
 
-/// `record` (read with [`len_if_key_len`]) if its key is `key`.
+/// `record` (read with [`IfKeyLen`]) if its key is `key`.
 #[inline(always)]
 fn if_key<'r>(p: Prefix, record: &'r [u8], key: &[u8]) -> Option<&'r [u8]> {
     if p.klen != key.len() {

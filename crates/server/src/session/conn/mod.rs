@@ -209,16 +209,30 @@ impl Conn {
     }
 
     /// Free space to read socket bytes into; call [`Conn::filled`] after.
-    #[inline]
+    ///
+    /// Inlined, with the rare work (a first read, a buffer to compact or grow) out of
+    /// line: as one function it was no longer inlined, a call on every read.
+    #[inline(always)]
     pub fn read_space(&mut self) -> &mut [u8] {
         if self.rpos == self.rlen {
             self.rpos = 0;
             self.rlen = 0;
         }
         if self.rbuf.len() - self.rlen < READ_CHUNK_BYTES {
+            self.make_read_room();
+        }
+        &mut self.rbuf[self.rlen..]
+    }
+
+    /// [`Conn::read_space`] found less than a read's worth of room: take buffers, or
+    /// compact the buffer, or grow it.
+    #[cold]
+    #[inline(never)]
+    fn make_read_room(&mut self) {
+        {
             if self.rbuf.is_empty() {
                 self.take_buffers();
-                return &mut self.rbuf[..];
+                return;
             }
             if self.rpos > 0 {
                 self.rbuf.copy_within(self.rpos..self.rlen, 0);
@@ -233,7 +247,6 @@ impl Conn {
                 self.rbuf.resize(new_len, 0);
             }
         }
-        &mut self.rbuf[self.rlen..]
     }
 
     /// Record that `n` bytes were read into [`Conn::read_space`].
