@@ -47,10 +47,9 @@
 //! moves a non-atomic field would compile to), a table publishes where its array is
 //! ([`IndexTable::published`]), and an array the table outgrows is kept until the table
 //! is dropped: a reader may still hold its address. Large outgrown arrays give their
-//! pages back to the kernel and read as empty. This, `Buckets` (an aligned allocation of
-//! its own) and the one load of
-//! [`IndexTable::holds_at`] (a peek's slot address, checked to be in the current array)
-//! are the module's `unsafe`, tested under Miri.
+//! pages back to the kernel and read as empty. This, `Buckets` (an aligned allocation
+//! of its own) and the one load of [`IndexTable::holds_at`] (a peek's slot address,
+//! checked to be in the current array) are the module's `unsafe`, tested under Miri.
 
 use std::alloc::{self, Layout};
 use std::ops::Deref;
@@ -412,7 +411,11 @@ impl IndexTable {
         debug_assert!(m <= 7 && e < 32 && len <= MAX_BUCKETS);
         debug_assert_eq!(self.buckets.as_ptr() as usize % ARRAY_ALIGN, 0);
         // Pointer arithmetic, not an integer round trip, keeps the provenance.
-        self.buckets.as_ptr().cast::<u8>().wrapping_add(e << 3 | m).cast()
+        self.buckets
+            .as_ptr()
+            .cast::<u8>()
+            .wrapping_add(e << 3 | m)
+            .cast()
     }
 
     /// The entries whose tag matches hash `h`, with their positions, in probe order.
@@ -1163,7 +1166,10 @@ mod tests {
             assert_eq!(decode_len(e << 3 | next >> e), next);
             len = next;
         }
-        assert_eq!(&lengths[..12], &[1, 8, 64, 128, 192, 256, 320, 384, 448, 512, 640, 768]);
+        assert_eq!(
+            &lengths[..12],
+            &[1, 8, 64, 128, 192, 256, 320, 384, 448, 512, 640, 768]
+        );
         assert_eq!(len, MAX_BUCKETS);
         // The home bucket is in range at the largest length, for the largest hash.
         assert_eq!(home_of(u64::MAX, MAX_BUCKETS), MAX_BUCKETS - 1);
@@ -1224,7 +1230,8 @@ mod tests {
             if n >= 10_000 {
                 hi_late = hi_late.max(per_item);
             }
-            assert!(per_item <= 15.0, "{n}: {per_item}");
+            // (Where outgrown arrays keep their pages, as under Miri, they count too.)
+            assert!(per_item <= 15.0 || !RELEASES, "{n}: {per_item}");
             assert!(per_item >= 64.0 / 6.0, "{n}: {per_item}");
             if e.is_power_of_two() || e % 997 == 0 {
                 log_sum += per_item;
@@ -1236,7 +1243,8 @@ mod tests {
             "index bytes per item, 1 000..{top} items: {lo:.2}..{hi:.2}, \
              from 10 000: ..{hi_late:.2}, mean of samples {mean:.2}"
         );
-        if !cfg!(miri) {
+        assert_eq!(index_bytes(t.published()), resident(&t));
+        if RELEASES {
             assert!(hi_late <= 13.4, "{hi_late}");
             assert!(mean < 12.5, "{mean}");
         }
@@ -1278,7 +1286,10 @@ mod tests {
             if xorshift(&mut s) % 3 == 0 {
                 let i = (xorshift(&mut s) % live.len() as u64) as usize;
                 let gone = live.swap_remove(i);
-                assert_eq!(t.find_entry(hash(gone), |x| x == gone).unwrap().remove(), gone);
+                assert_eq!(
+                    t.find_entry(hash(gone), |x| x == gone).unwrap().remove(),
+                    gone
+                );
                 assert!(t.find(hash(gone), |x| x == gone).is_none());
             }
             if t.buckets.len() != len {
