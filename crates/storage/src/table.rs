@@ -6,7 +6,7 @@
 //!  │ tags[7]: 0 = empty,      │ overflow │ slots[7]: u64 item locations       │
 //!  │ else 0x80 | hash >> 57   │ (u8)     │ (segment << 32 | offset)           │
 //!  └──────────────────────────┴──────────┴────────────────────────────────────┘
-//!  bucket array: len = m << e buckets (m odd, at most 7), 256-byte aligned
+//!  bucket array: len = m << e buckets (m odd, at most 7), 512-byte aligned
 //!  home bucket = (hash as u32) * len >> 32; a full home spills into the next bucket,
 //!  and so on, from the last bucket back to the first
 //! ```
@@ -73,8 +73,9 @@ const PAGE_BUCKETS: usize = 4096 / std::mem::size_of::<Bucket>();
 /// Whether outgrown arrays of a page or more give their pages back
 /// (`segment::release_pages` does where this is true).
 const RELEASES: bool = cfg!(all(target_os = "linux", not(miri)));
-/// Alignment of every bucket array: the low 8 bits of a published word hold its length.
-const ARRAY_ALIGN: usize = 256;
+/// Alignment of every bucket array: the low 9 bits of a published word hold its length,
+/// the ninth always clear (see [`decode_len`]).
+const ARRAY_ALIGN: usize = 512;
 /// Most buckets a table may have: `(h as u32) * len` must fit in a u64 and the length's
 /// exponent in five bits. 128 GiB for one shard's index.
 const MAX_BUCKETS: usize = 1 << 31;
@@ -272,10 +273,12 @@ pub(crate) fn index_bytes(published: Published) -> usize {
 }
 
 /// The length of the array a non-null published word names: `m << e`, `m` in its low
-/// three bits and `e` in the five above.
+/// three bits and `e` in the five above. The shift takes bits 3..9 of the word as they
+/// are (a 64-bit shift uses six bits of its count, so no mask is needed): bit 8 is
+/// clear, as arrays are 512-byte aligned.
 #[inline(always)]
 fn decode_len(word: usize) -> usize {
-    (word & 7) << ((word >> 3) & 31)
+    (word & 7).wrapping_shl((word >> 3) as u32)
 }
 
 /// Slot index of the lowest set bit of a [`Bucket::matching`] mask.
@@ -285,8 +288,8 @@ fn first_slot(mask: u64) -> usize {
 }
 
 /// A word naming a bucket array for lock-free readers ([`IndexTable::published`]): the
-/// array's address (256-byte aligned) with its length `m << e` in the eight low bits,
-/// `m` (odd, at most 7) in bits 0..3 and `e` in bits 3..8; or null. A pointer rather
+/// array's address (512-byte aligned) with its length `m << e` in the low bits, `m`
+/// (odd, at most 7) in bits 0..3 and `e` in bits 3..8; or null. A pointer rather
 /// than an integer, so that it keeps the allocation's provenance.
 pub(crate) type Published = *mut Bucket;
 
@@ -294,7 +297,7 @@ pub(crate) type Published = *mut Bucket;
 /// the owner's included, goes through shared references (all its fields are atomics),
 /// so moving the owner does not invalidate the pointers lock-free readers took from it,
 /// as moving a `Box`, a unique owner, would. Allocated with [`Buckets::layout`]:
-/// 256-byte aligned (for the published word), and page-aligned from a page on, so that
+/// 512-byte aligned (for the published word), and page-aligned from a page on, so that
 /// an outgrown array's pages are all its own to give back.
 struct Buckets {
     ptr: NonNull<Bucket>,
@@ -396,8 +399,8 @@ impl IndexTable {
     }
 
     /// Where the buckets are, as one word for lock-free readers: the array's address
-    /// (256-byte aligned) with its length `m << e` in the low eight bits (`m`, odd and
-    /// at most 7, in bits 0..3, `e` in bits 3..8), or 0 while the table has no buckets.
+    /// (512-byte aligned) with its length `m << e` in the low bits (`m`, odd and at most
+    /// 7, in bits 0..3, `e` in bits 3..8), or 0 while the table has no buckets.
     /// [`prefetch_address`], [`home`], [`peek`] and [`index_bytes`] decode it. The
     /// bucket of hash `h` is at `base + home_of(h, len) * 64`.
     #[inline]
@@ -1021,7 +1024,7 @@ mod tests {
         );
         let word = t.published();
         assert!(!word.is_null());
-        assert_eq!(word as usize & 255, 1, "one bucket: m = 1, e = 0");
+        assert_eq!(word as usize & 511, 1, "one bucket: m = 1, e = 0");
         assert_eq!(home(word, hash(5)), 0);
         assert_eq!(prefetch_address(word, hash(5)), t.buckets.as_ptr() as usize);
         assert!(IndexTable::new().published().is_null());
