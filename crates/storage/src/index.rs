@@ -50,7 +50,7 @@ pub(crate) fn unpack(entry: u64) -> (u32, u32) {
 ///
 /// A 20-byte key costs three multiplies and no shifts, well under the multiply-rotate
 /// rounds and the MurmurHash3 finaliser this replaced (figures in docs/benchmarks.md).
-/// The table uses the low bits (bucket), bits 40 and up (shard) and the top 7 (tag).
+/// The table uses the low 32 bits (bucket), bits 40 and up (shard) and the top 7 (tag).
 ///
 /// The seed is drawn at random per store, so inputs that would zero one side of a fold
 /// cannot be chosen from outside.
@@ -187,6 +187,16 @@ pub(crate) struct ShardRef<'a> {
 }
 
 impl<'a> ShardRef<'a> {
+    /// Without locking: the bytes of RAM the shard's index table holds, its bucket
+    /// array and the small arrays it outgrew (see [`table::index_bytes`]), as of the
+    /// last unlock after the table grew. Read from the hint's published word, which
+    /// gives the array's length, so it costs neither the shard nor the lookups a field.
+    #[inline]
+    pub fn index_bytes(self) -> usize {
+        // Relaxed: only the word's length bits are used; nothing is read through it.
+        table::index_bytes(self.hint.published.load(Ordering::Relaxed))
+    }
+
     /// Lock the shard. The lock does not poison: a panic while holding it (only possible
     /// through a bug or a panicking `get` callback) leaves the index consistent.
     #[inline]
@@ -207,8 +217,7 @@ impl<'a> ShardRef<'a> {
         let published = self.hint.published.load(Ordering::Acquire);
         let mut bucket = 0;
         if !published.is_null() {
-            let mask = (1usize << (published as usize & 63)) - 1;
-            bucket = h as usize & mask;
+            bucket = table::home(published, h);
             prefetch_line(table::prefetch_address(published, h));
         }
         Located {
@@ -245,7 +254,7 @@ impl Located<'_> {
             return Peek::ABSENT;
         }
         // SAFETY: only `ShardRef::locate` makes a non-null one, from a word its hint
-        // published, with `bucket` masked to that array's length; the table keeps the
+        // published, with `bucket` the home bucket in that array; the table keeps the
         // array until the store drops, and `self` borrows the store (see `Hint::peek`).
         unsafe { table::peek_from(self.published, self.bucket, h) }
     }

@@ -251,6 +251,14 @@ impl Store {
         }
     }
 
+    /// Bytes of RAM the hash index holds (every shard's bucket arrays), without locking:
+    /// about 12 per item, for counting the index inside the memory limit.
+    pub fn index_bytes(&self) -> usize {
+        (0..self.shards.len())
+            .map(|i| self.shard_at(i).index_bytes())
+            .sum()
+    }
+
     /// memcached `stats reset`: zero the counters, not the gauges (`curr_items`, `bytes`).
     pub fn reset_stats(&self) {
         for i in 0..self.shards.len() {
