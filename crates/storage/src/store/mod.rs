@@ -326,13 +326,6 @@ impl Store {
         self.time_log.time_of(hdr.cas)
     }
 
-    /// Bytes of RAM the index holds: every shard's bucket arrays.
-    pub fn index_bytes(&self) -> usize {
-        (0..self.shards.len())
-            .map(|i| self.shard_at(i).lock().table.positions() * 8)
-            .sum()
-    }
-
     /// Segments that may hold items now: the memory budget less what the index takes.
     /// `index_bytes` is read by the caller before it locks the pool.
     pub(crate) fn segments_allowed(&self, pool: &PoolState, index_bytes: usize) -> usize {
