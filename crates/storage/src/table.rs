@@ -331,6 +331,30 @@ impl Buckets {
                 len,
             };
         }
+        if Buckets::mapped(len) {
+            // A page or more: a mapping of its own. From the heap, each array of a
+            // growing table left a page of the allocator's bookkeeping resident before
+            // it (an aligned allocation splits off its front), and the zeroing touched
+            // every page at once; fresh anonymous pages read as zero and cost nothing
+            // until written.
+            // SAFETY: a new private anonymous mapping; no existing memory is affected.
+            let raw = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len * std::mem::size_of::<Bucket>(),
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert!(
+                raw != libc::MAP_FAILED,
+                "cannot map an index array of {len} buckets"
+            );
+            let ptr = NonNull::new(raw.cast::<Bucket>()).expect("mmap gave a null address");
+            return Buckets { ptr, len };
+        }
         let layout = Buckets::layout(len);
         // SAFETY: `layout` has a non-zero size. All-zero bytes are `len` valid empty
         // buckets: a bucket is eight `AtomicU64`s, and 0 is a valid u64 (and an empty
@@ -344,6 +368,12 @@ impl Buckets {
 
     fn as_ptr(&self) -> *mut Bucket {
         self.ptr.as_ptr()
+    }
+
+    /// Whether an array of `len` buckets is a mapping of its own (whole pages, so
+    /// page-aligned); the heap serves smaller ones, and every one under Miri.
+    fn mapped(len: usize) -> bool {
+        cfg!(all(target_os = "linux", not(miri))) && len >= PAGE_BUCKETS
     }
 }
 
@@ -361,7 +391,16 @@ impl Deref for Buckets {
 
 impl Drop for Buckets {
     fn drop(&mut self) {
-        if self.len > 0 {
+        if Buckets::mapped(self.len) {
+            // SAFETY: unmaps, once, the mapping `new` made of exactly this size; no
+            // reference into the array outlives its `Buckets` (as below).
+            unsafe {
+                libc::munmap(
+                    self.ptr.as_ptr().cast(),
+                    self.len * std::mem::size_of::<Bucket>(),
+                );
+            }
+        } else if self.len > 0 {
             // SAFETY: frees, once, the allocation `new` made with the same layout; no
             // reference into the array outlives its `Buckets` (readers hold only the
             // table's words, and the table drops its arrays when it is dropped itself).

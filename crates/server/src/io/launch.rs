@@ -202,8 +202,8 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
     Ok(())
 }
 
-/// Once a second: advance the clock and, while the LRU crawler is enabled (see
-/// `crawler.rs`), reclaim some expired items.
+/// Once a second: advance the clock, while the LRU crawler is enabled (see
+/// `crawler.rs`) reclaim some expired items, and give freed heap pages back.
 fn maintenance_loop(shared: &Shared) {
     const SWEEP_ITEMS_PER_TICK: usize = 100_000;
     while !shared.shutting_down.load(Ordering::Relaxed) {
@@ -221,5 +221,6 @@ fn maintenance_loop(shared: &Shared) {
                 .sweep_expired(shared.clock.now(), SWEEP_ITEMS_PER_TICK);
             shared.crawler.record(swept);
         }
+        crate::sys::release_free_heap();
     }
 }

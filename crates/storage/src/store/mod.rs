@@ -95,8 +95,10 @@ impl Drop for Store {
 
 /// Bytes that segments and index together may take for a memory limit of `limit`
 /// bytes: the limit and 5 % more. The process's promise is RSS within 1.05 × `-m` +
-/// 32 MiB; the store takes the first part, and threads, connection buffers and the
-/// rest of the process live in the 32 MiB (`docs/design.md`, "Memory budget").
+/// 32 MiB; the store takes the first part, and threads, io_uring pools, connections
+/// and their buffers live in the 32 MiB (`docs/design.md`, "The memory budget"). Both
+/// parts are mapped so that what they count is what is resident: segments and index
+/// arrays of a page or more are whole pages of their own.
 pub(crate) fn store_budget(limit: usize) -> usize {
     limit.saturating_add(limit / 20)
 }

@@ -15,7 +15,7 @@
 //!   every request of a client that waits for each reply: the commonest shape, whose
 //!   instructions per request are measured (`scripts/callgrind-per-request`). So a
 //!   connection keeps its buffers between turns while its worker holds at most a
-//!   budget of buffer memory ([`attach`]: 8 MiB over all workers, 256 KiB at least
+//!   budget of buffer memory ([`attach`]: 4 MiB over all workers, 256 KiB at least
 //!   each, 128 connections' buffers at `-t 2`). The check at the end of a turn is one
 //!   thread-local flag, read where the turn already checks the buffers' sizes.
 //! - Over the budget, a connection gives its buffers back at the end of every turn
@@ -46,9 +46,11 @@ pub(super) const CHUNK: usize = 16 * 1024;
 /// Write buffers that grew past this are freed when given back, not cached.
 pub(super) const KEEP: usize = 64 * 1024;
 /// Buffers of each kind (read, write) a worker keeps for the next connection.
-pub const CACHE_MAX: usize = 16;
-/// Buffer memory all workers' connections may keep between turns.
-pub const TOTAL_BUDGET_BYTES: usize = 8 << 20;
+pub const CACHE_MAX: usize = 8;
+/// Buffer memory all workers' connections may keep between turns: 128 connections'
+/// read and write buffers. Everything outside the store shares 32 MiB of `-m`'s promise
+/// (`docs/design.md`, "The memory budget"), so this stays small.
+pub const TOTAL_BUDGET_BYTES: usize = 4 << 20;
 /// The least any one worker may keep.
 pub const MIN_WORKER_BUDGET_BYTES: usize = 256 << 10;
 /// A thread that never called [`attach`] (tests, fuzzing): as a worker at `-t 4`.
