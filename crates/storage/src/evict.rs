@@ -203,10 +203,11 @@ impl Store {
         }
     }
 
-    /// After `cache_memlimit` lowered the limit: while more segments hold items than it
-    /// allows, empty up to [`RETIRE_PER_ACQUIRE`] of them (a dead one if there is one,
-    /// else the oldest, evicting all it holds) and give their pages back to the kernel.
-    /// Called on the way to a new segment, so memory comes down as items are written.
+    /// After `cache_memlimit` lowered the limit, or the index grew: while more segments
+    /// hold items than the budget allows, empty up to [`RETIRE_PER_ACQUIRE`] of them (a
+    /// dead one if there is one, else the oldest, evicting what the CLOCK does not keep)
+    /// and give their pages back to the kernel. Called on the way to a new segment, so
+    /// memory comes down as items are written.
     fn retire_excess(&self, now: RelTime) {
         let index_bytes = self.index_bytes();
         for _ in 0..RETIRE_PER_ACQUIRE {
@@ -226,9 +227,18 @@ impl Store {
                         self.pool_lock().sealed.push_back(victim);
                         return;
                     }
-                    let kept = self.evict_segment(victim.0, victim.1, 0, false, now);
-                    debug_assert_eq!(kept, 0, "a zero budget retains nothing");
+                    // The CLOCK's second chance still holds: items read since their last
+                    // one are kept (up to half the segment), and the segment goes back
+                    // to the FIFO instead; when it comes round again they go unless read
+                    // again. The index's growth retires segments too, and without this
+                    // it dropped the hot items of the oldest one.
+                    let kept =
+                        self.evict_segment(victim.0, victim.1, self.segment_size / 2, false, now);
                     self.reopen_to_pins(victim.0);
+                    if kept > 0 {
+                        self.pool_lock().sealed.push_back((victim.0, kept));
+                        continue;
+                    }
                     victim.0
                 }
             };

@@ -143,7 +143,8 @@ fn window_len(wide: bool) -> usize {
     }
 }
 
-/// The immutable prefix of a record, decoded.
+/// The immutable prefix of a record, decoded, with the offsets a reader needs worked
+/// out once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Prefix {
     /// Key length; 0 for a padding record.
@@ -156,6 +157,8 @@ pub(crate) struct Prefix {
     pub wide: bool,
     /// Where the mutable window starts: the prefix's own length.
     pub window_at: usize,
+    /// Where the key starts.
+    key_at: usize,
 }
 
 impl Prefix {
@@ -165,26 +168,38 @@ impl Prefix {
     pub fn parse(b: &[u8]) -> Prefix {
         let lead = b[1];
         let code = lead & LEAD_CODE;
+        // Values under 64 KiB (codes up to 61) are decoded inline: 100-byte and
+        // few-KiB values are common, and a call per lookup costs more than the branch.
         let (vlen, n) = if code as usize <= INLINE_MAX {
             (code as usize, 0)
+        } else if code == 60 {
+            (INLINE_MAX + 1 + b[2] as usize, 1)
+        } else if code == 61 {
+            (u16::from_le_bytes([b[2], b[3]]) as usize, 2)
         } else {
             Self::long_len(b, code)
         };
+        let wide = lead & LEAD_WIDE != 0;
+        let has_flags = lead & LEAD_FLAGS != 0;
+        // Without branches: 2 + n, the window (8 or 13), the flags (0 or 4).
+        let key_at = 2
+            + n
+            + NARROW_WINDOW
+            + usize::from(wide) * (WIDE_WINDOW - NARROW_WINDOW)
+            + usize::from(has_flags) * FLAGS_BYTES;
         Prefix {
             klen: b[0] as usize,
             vlen,
-            has_flags: lead & LEAD_FLAGS != 0,
-            wide: lead & LEAD_WIDE != 0,
+            has_flags,
+            wide,
             window_at: 2 + n,
+            key_at,
         }
     }
 
     #[inline(never)]
     fn long_len(b: &[u8], code: u8) -> (usize, usize) {
         let n = extra_bytes(code);
-        if n == 1 {
-            return (INLINE_MAX + 1 + b[2] as usize, 1);
-        }
         let mut le = [0u8; 4];
         le[..n].copy_from_slice(&b[2..2 + n]);
         (u32::from_le_bytes(le) as usize, n)
@@ -204,13 +219,13 @@ impl Prefix {
     }
 
     /// Offset of the client flags (of an item that has them).
-    #[inline]
+    #[inline(always)]
     pub fn flags_offset(&self) -> usize {
-        self.window_at + window_len(self.wide)
+        self.key_at - FLAGS_BYTES
     }
 
     /// Bytes of the mutable window.
-    #[inline]
+    #[inline(always)]
     pub fn window_len(&self) -> usize {
         window_len(self.wide)
     }
@@ -218,7 +233,7 @@ impl Prefix {
     /// Offset of the key from the start of the record.
     #[inline(always)]
     pub fn key_offset(&self) -> usize {
-        self.flags_offset() + if self.has_flags { FLAGS_BYTES } else { 0 }
+        self.key_at
     }
 
     /// Total bytes of the record.
@@ -227,7 +242,7 @@ impl Prefix {
         if self.is_padding() {
             self.vlen
         } else {
-            self.key_offset() + self.klen + self.vlen
+            self.key_at + self.klen + self.vlen
         }
     }
 }
@@ -248,14 +263,22 @@ impl Header {
     #[inline(always)]
     pub fn parse(b: &[u8], base: u64) -> Header {
         let prefix = Prefix::parse(b);
-        let w = &b[prefix.window_at..prefix.window_at + prefix.window_len()];
+        // One bounds check for the header; the reads below are at offsets inside it.
+        let h = &b[..prefix.key_at];
+        let w = prefix.window_at;
+        let word = read_u32(h, w + OFF_MARK);
+        let cas = if prefix.wide {
+            u64::from_le_bytes(h[w + OFF_MARK + 1..w + OFF_MARK + 9].try_into().unwrap())
+        } else {
+            base + u64::from(word >> MARK_SHIFT)
+        };
         Header {
             prefix,
-            mark: mark(w),
-            exptime: exptime(w),
-            cas: cas(w, base),
+            mark: word as u8 & MARK_BITS,
+            exptime: read_u32(h, w),
+            cas,
             flags: if prefix.has_flags {
-                read_u32(b, prefix.flags_offset())
+                read_u32(h, prefix.key_at - FLAGS_BYTES)
             } else {
                 0
             },
@@ -331,12 +354,14 @@ pub(crate) fn clear_mark(w: &mut [u8], bits: u8) {
 }
 
 /// The mark bits of a window.
+#[cfg(test)]
 #[inline(always)]
 pub(crate) fn mark(w: &[u8]) -> u8 {
     w[OFF_MARK] & MARK_BITS
 }
 
 /// The exptime of a window.
+#[cfg(test)]
 #[inline(always)]
 pub(crate) fn exptime(w: &[u8]) -> u32 {
     read_u32(w, 0)
@@ -344,6 +369,7 @@ pub(crate) fn exptime(w: &[u8]) -> u32 {
 
 /// The CAS id of a window (narrow or wide, told by its length) of a segment whose base
 /// is `base`.
+#[cfg(test)]
 #[inline(always)]
 pub(crate) fn cas(w: &[u8], base: u64) -> u64 {
     if w.len() == WIDE_WINDOW {

@@ -552,6 +552,27 @@ mod tests {
         let _ = unsafe { s.bytes(4, 5) };
     }
 
+    /// A record whose first byte is its length.
+    #[derive(Clone, Copy)]
+    struct FirstByte;
+
+    impl RecordHead for FirstByte {
+        type Out = u8;
+        fn decode(self, head: &[u8]) -> (usize, u8) {
+            (usize::from(head[0]), head[0])
+        }
+    }
+
+    /// A record of a fixed length.
+    struct Fixed(usize);
+
+    impl RecordHead for Fixed {
+        type Out = ();
+        fn decode(self, _: &[u8]) -> (usize, ()) {
+            (self.0, ())
+        }
+    }
+
     #[test]
     fn record_reads_its_length_from_its_head() {
         let s = SegmentMem::new(32);
@@ -559,7 +580,7 @@ mod tests {
         // Two records back to back: a length byte, then that many bytes in all.
         // SAFETY: single-threaded test; the mutable borrow ends before the reads.
         unsafe { s.bytes_mut(0, 9) }.copy_from_slice(&[3, b'a', b'b', 6, 1, 2, 3, 4, 5]);
-        let len_of = |head: &[u8]| (usize::from(head[0]), head[0]);
+        let len_of = FirstByte;
         // SAFETY: as above.
         assert_eq!(unsafe { s.record(0, 1, len_of) }, (3, &[3, b'a', b'b'][..]));
         // SAFETY: as above.
@@ -578,7 +599,7 @@ mod tests {
         let s = SegmentMem::new(16);
         s.ensure_allocated();
         // SAFETY: single-threaded test (the call panics before borrowing the record).
-        let _ = unsafe { s.record(10, 1, |_| (7, ())) };
+        let _ = unsafe { s.record(10, 1, Fixed(7)) };
     }
 
     #[test]
@@ -587,7 +608,7 @@ mod tests {
         let s = SegmentMem::new(16);
         s.ensure_allocated();
         // SAFETY: single-threaded test (the call panics before borrowing anything).
-        let _ = unsafe { s.record(14, 4, |_| (4, ())) };
+        let _ = unsafe { s.record(14, 4, Fixed(4)) };
     }
 
     #[test]

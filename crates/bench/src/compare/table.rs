@@ -528,13 +528,13 @@ pub fn render(r: &Report, notes: &str) -> String {
              Each server, fresh, filled through one connection with pipelined `set ... noreply`\n\
              batches of 4 MiB, with `stats` between batches; the fill stops at the first batch that\n\
              caused an eviction and reports `curr_items` then. Keys are 20 B.\n\n\
-             | workload | `-m` | server | items held | sets sent | RSS MiB (empty) | RSS B / item | key+value B / item | fill s |\n\
-             |---|---:|---|---:|---:|---:|---:|---:|---:|\n",
+             | workload | `-m` | server | items held | sets sent | RSS MiB (empty) | RSS ÷ `-m` | RSS B / item | key+value B / item | fill s |\n\
+             |---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for f in &r.fills {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {}{} | {} | {} ({}) | {} | {} | {:.1} |",
+                "| {} | {} | {} | {}{} | {} | {} ({}) | {:.3} | {} | {} | {:.1} |",
                 f.workload,
                 f.memory_mb,
                 f.kind.name(),
@@ -547,6 +547,7 @@ pub fn render(r: &Report, notes: &str) -> String {
                 fmt_count(f.fill.sets as f64),
                 fmt_num(f.fill.rss_bytes as f64 / 1048576.0),
                 fmt_num(f.fill.empty_rss_bytes as f64 / 1048576.0),
+                f.fill.rss_bytes as f64 / (f.memory_mb as f64 * 1048576.0),
                 fmt_num(f.fill.rss_per_item()),
                 fmt_num(f.fill.payload_bytes_per_item),
                 f.fill.secs

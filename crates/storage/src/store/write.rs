@@ -54,7 +54,7 @@ impl Store {
     /// pipelined batch hashes its keys and prefetches their buckets and records before
     /// it runs the first of its requests. With `None` the store hashes and peeks itself.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub fn store_cas_hashed(
         &self,
         mode: StoreMode,

@@ -46,7 +46,7 @@ pub(super) const CHUNK: usize = 16 * 1024;
 /// Write buffers that grew past this are freed when given back, not cached.
 pub(super) const KEEP: usize = 64 * 1024;
 /// Buffers of each kind (read, write) a worker keeps for the next connection.
-pub const CACHE_MAX: usize = 8;
+pub const CACHE_MAX: usize = 16;
 /// Buffer memory all workers' connections may keep between turns: 128 connections'
 /// read and write buffers. Everything outside the store shares 32 MiB of `-m`'s promise
 /// (`docs/design.md`, "The memory budget"), so this stays small.
