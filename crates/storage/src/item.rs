@@ -262,7 +262,12 @@ impl Header {
     /// item in a segment whose CAS base is `base`.
     #[inline(always)]
     pub fn parse(b: &[u8], base: u64) -> Header {
-        let prefix = Prefix::parse(b);
+        Header::parse_from(Prefix::parse(b), b, base)
+    }
+
+    /// [`Header::parse`] of a record whose prefix a lookup decoded already.
+    #[inline(always)]
+    pub fn parse_from(prefix: Prefix, b: &[u8], base: u64) -> Header {
         // One bounds check for the header; the reads below are at offsets inside it.
         let h = &b[..prefix.key_at];
         let w = prefix.window_at;

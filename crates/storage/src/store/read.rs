@@ -339,16 +339,17 @@ impl Store {
         if found.is_none() {
             // A loop of our own over the candidates, so that the key comparison inlines.
             for (pos, e) in table.candidates(h) {
-                if let Some(record) = self.record_if_key(held, e, key) {
-                    found = Some((pos, e, record));
+                if let Some((p, record)) = self.record_if_key(held, e, key) {
+                    found = Some((pos, e, p, record));
                     break;
                 }
             }
         }
-        let Some((pos, e, record)) = found else {
+        let Some((pos, e, prefix, record)) = found else {
             return Err(Lookup::Miss);
         };
-        let hdr = Header::parse(record, self.cas_base(unpack(e).0));
+        // The prefix the key comparison decoded is not decoded again.
+        let hdr = Header::parse_from(prefix, record, self.cas_base(unpack(e).0));
         match self.liveness(&hdr, now) {
             Liveness::Live => Ok((e, hdr, record)),
             gone => {

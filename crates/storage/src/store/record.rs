@@ -154,15 +154,15 @@ impl Store {
         })
     }
 
-    /// The whole record of item `e` if its key is `key`; `e` is indexed in the shard
-    /// whose lock `held` proves (rule 2).
+    /// The whole record of item `e` if its key is `key`, with its decoded prefix; `e` is
+    /// indexed in the shard whose lock `held` proves (rule 2).
     #[inline(always)]
     pub(super) fn record_if_key<'a>(
         &'a self,
         _held: &'a LockHeld,
         e: u64,
         key: &[u8],
-    ) -> Option<&'a [u8]> {
+    ) -> Option<(Prefix, &'a [u8])> {
         let (seg, off) = unpack(e);
         // SAFETY: prefix and key are immutable once published (rules 2 and 3), and `e`
         // is in the index, so its segment is not being reused; the mutable header bytes
@@ -186,7 +186,7 @@ impl Store {
         table: &IndexTable,
         peeked: Peeked,
         key: &[u8],
-    ) -> Option<(Pos, u64, &'a [u8])> {
+    ) -> Option<(Pos, u64, Prefix, &'a [u8])> {
         let Peeked {
             cell,
             e,
@@ -205,7 +205,7 @@ impl Store {
         // inside its segment when it was written, and rule 2 keeps writers out while
         // the lock is held.
         let (p, record) = unsafe { segment::record_at(rec, PREFIX_MAX_BYTES, IfKeyLen(key.len())) };
-        if_key(p, record, key).map(|record| (pos, e, record))
+        if_key(p, record, key).map(|(p, record)| (pos, e, p, record))
     }
 
     /// The mutable bytes of live item `e` (flags, value, header window), for a write in
@@ -407,12 +407,12 @@ impl segment::RecordHead for IfKeyLen {
 
 /// `record` (read with [`IfKeyLen`]) if its key is `key`.
 #[inline(always)]
-fn if_key<'r>(p: Prefix, record: &'r [u8], key: &[u8]) -> Option<&'r [u8]> {
+fn if_key<'r>(p: Prefix, record: &'r [u8], key: &[u8]) -> Option<(Prefix, &'r [u8])> {
     if p.klen != key.len() {
         return None;
     }
     let ko = p.key_offset();
-    bytes_eq(&record[ko..ko + p.klen], key).then_some(record)
+    bytes_eq(&record[ko..ko + p.klen], key).then_some((p, record))
 }
 
 /// Byte-slice equality without a call to `memcmp`: keys are short (20 to 50 bytes is

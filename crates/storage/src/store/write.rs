@@ -165,7 +165,7 @@ impl Store {
         // comparison borrowed.
         let found = table.find_map(h, |e| {
             self.record_if_key(held, e, key)
-                .map(|record| Header::parse(record, self.cas_base(unpack(e).0)))
+                .map(|(p, record)| Header::parse_from(p, record, self.cas_base(unpack(e).0)))
         });
         let live = found
             .as_ref()
