@@ -211,11 +211,13 @@ impl Store {
     fn retire_excess(&self, now: RelTime) {
         let index_bytes = self.index_bytes();
         for _ in 0..RETIRE_PER_ACQUIRE {
-            {
+            let excess = {
                 let pool = self.pool_lock();
-                if pool.in_use() <= self.segments_allowed(&pool, index_bytes) {
-                    return;
-                }
+                pool.in_use()
+                    .saturating_sub(self.segments_allowed(&pool, index_bytes))
+            };
+            if excess == 0 {
+                return;
             }
             let seg = match self.take_dead_segment() {
                 Some(seg) => seg,
@@ -227,13 +229,18 @@ impl Store {
                         self.pool_lock().sealed.push_back(victim);
                         return;
                     }
-                    // The CLOCK's second chance still holds: items read since their last
-                    // one are kept (up to half the segment), and the segment goes back
-                    // to the FIFO instead; when it comes round again they go unless read
-                    // again. The index's growth retires segments too, and without this
-                    // it dropped the hot items of the oldest one.
-                    let kept =
-                        self.evict_segment(victim.0, victim.1, self.segment_size / 2, false, now);
+                    // One segment over (the index grew by a step): the CLOCK's second
+                    // chance still holds, items read since their last one are kept (up
+                    // to half the segment) and the segment goes back to the FIFO; when it
+                    // comes round again they go unless read again. Without it the index's
+                    // growth dropped the hot items of the oldest segment. Further over (a
+                    // lower `cache_memlimit`), memory comes down first: nothing is kept.
+                    let budget = if excess == 1 {
+                        self.segment_size / 2
+                    } else {
+                        0
+                    };
+                    let kept = self.evict_segment(victim.0, victim.1, budget, false, now);
                     self.reopen_to_pins(victim.0);
                     if kept > 0 {
                         self.pool_lock().sealed.push_back((victim.0, kept));

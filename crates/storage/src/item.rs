@@ -18,8 +18,8 @@
 //! ```
 //!
 //! * `klen` is 1..=255 for an item. `klen == 0` marks a padding record (a reservation whose
-//!   store was refused): its length code holds the whole record's length, and the evictor
-//!   skips it.
+//!   store was refused): a keyless item whose value fills the region, so that every
+//!   record's length is `header + klen + vlen`; the evictor skips it.
 //! * `mark` (5 bits) holds [`MARK_FETCHED`] (read at least once: memcached's
 //!   `ITEM_FETCHED`, for the `*_unfetched` stats) and [`MARK_ACCESSED`] (the CLOCK bit for
 //!   second-chance eviction), plus the meta protocol's [`MARK_STALE`],
@@ -236,14 +236,10 @@ impl Prefix {
         self.key_at
     }
 
-    /// Total bytes of the record.
+    /// Total bytes of the record (a padding record's too: see [`write_padding`]).
     #[inline(always)]
     pub fn total_len(&self) -> usize {
-        if self.is_padding() {
-            self.vlen
-        } else {
-            self.key_at + self.klen + self.vlen
-        }
+        self.key_at + self.klen + self.vlen
     }
 }
 
@@ -335,11 +331,26 @@ impl NewItem {
 }
 
 /// Write a padding record over a whole region of `len` bytes (at least a record's).
-#[inline]
+///
+/// A padding record is an item with no key whose value fills the region, so that its
+/// length follows the one formula of every record (`Prefix::total_len` has no case for
+/// it): the value length is what is left after its own header, narrow or wide.
 pub(crate) fn write_padding(b: &mut [u8], len: usize) {
-    debug_assert!(len >= PREFIX_MAX_BYTES);
+    debug_assert!(len > MIN_HEADER_BYTES);
     b[0] = 0;
-    write_len(b, 0, len);
+    for wide in [false, true] {
+        for n in 0..=4 {
+            let header = 2 + n + window_len(wide);
+            let Some(vlen) = len.checked_sub(header) else {
+                continue;
+            };
+            if len_code(vlen).1 == n {
+                write_len(b, if wide { LEAD_WIDE } else { 0 }, vlen);
+                return;
+            }
+        }
+    }
+    unreachable!("a padding of {len} bytes has an encoding");
 }
 
 /// Set `mark` bits in the mutable window (writes only when something changes, to keep
@@ -559,7 +570,7 @@ mod tests {
 
     #[test]
     fn padding_spans_region() {
-        for len in [11, 59, 60, 300, 70_000] {
+        for len in (11..400).chain([65_545, 65_546, 65_547, 70_000, 1 << 24, (1 << 24) + 13]) {
             let mut buf = vec![0xFFu8; len];
             write_padding(&mut buf, len);
             let p = Prefix::parse(&buf);
