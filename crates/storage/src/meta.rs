@@ -250,11 +250,7 @@ impl Store {
             let Shard {
                 table, stats, held, ..
             } = &mut *shard;
-            let entry = table.entry(
-                h,
-                |e| self.key_eq(held, e, key),
-                |e| self.hash_entry(held, e),
-            );
+            let entry = table.entry(h, |e| self.key_eq(held, e, key), self.rehasher(held));
             self.publish(held, &mut r, entry, stats);
             pack(r.seg, r.off)
         };

@@ -140,6 +140,13 @@ impl Store {
             && bytes_eq(unsafe { mem.bytes(off as usize + p.key_offset(), p.klen) }, key)
     }
 
+    /// What a table of the locked shard `held` proves needs to grow: each entry's hash,
+    /// read from its key, and a prefetch of its record ahead of that.
+    #[inline]
+    pub(crate) fn rehasher<'a>(&'a self, held: &'a LockHeld) -> EntryHasher<'a> {
+        EntryHasher { store: self, held }
+    }
+
     /// Hash of the key of indexed item `e`, for the table's rehash under the lock.
     #[inline]
     pub(crate) fn hash_entry(&self, _held: &LockHeld, e: u64) -> u64 {
@@ -265,6 +272,27 @@ impl Store {
             top: top as usize,
             next: 0,
             front: 0,
+        }
+    }
+}
+
+/// [`Store::rehasher`]: the hashes of a locked shard's entries.
+pub(crate) struct EntryHasher<'a> {
+    store: &'a Store,
+    held: &'a LockHeld,
+}
+
+impl crate::table::Rehash for EntryHasher<'_> {
+    #[inline]
+    fn hash(&self, e: u64) -> u64 {
+        self.store.hash_entry(self.held, e)
+    }
+
+    #[inline]
+    fn prefetch(&self, e: u64) {
+        let (seg, off) = unpack(e);
+        if let Some(at) = self.store.mem(seg).address_of(off as usize) {
+            segment::prefetch_line(at as usize);
         }
     }
 }

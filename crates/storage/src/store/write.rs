@@ -191,7 +191,7 @@ impl Store {
                 self.unlinked_len(stats, old, hd.prefix.total_len());
             }
             None => {
-                table.insert_unique(h, new_e, |e| self.hash_entry(held, e));
+                table.insert_unique(h, new_e, self.rehasher(held));
             }
         }
         self.published(stats, &r);
@@ -343,11 +343,7 @@ impl Store {
             let Shard {
                 table, stats, held, ..
             } = &mut *shard;
-            let entry = table.entry(
-                h,
-                |e| self.key_eq(held, e, key),
-                |e| self.hash_entry(held, e),
-            );
+            let entry = table.entry(h, |e| self.key_eq(held, e, key), self.rehasher(held));
             if !self.unchanged(held, &entry, old_e, old.cas, now) {
                 // Changed (or expired) between our two looks: start again.
                 drop(shard);
@@ -511,11 +507,7 @@ impl Store {
             let Shard {
                 table, stats, held, ..
             } = &mut *shard;
-            let entry = table.entry(
-                h,
-                |e| self.key_eq(held, e, key),
-                |e| self.hash_entry(held, e),
-            );
+            let entry = table.entry(h, |e| self.key_eq(held, e, key), self.rehasher(held));
             if !self.unchanged(held, &entry, e, hdr.cas, now) {
                 drop(shard);
                 self.abandon(r);
