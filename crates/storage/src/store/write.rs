@@ -454,23 +454,21 @@ impl Store {
             // Shard lock held (rule 2); the value range is inside the item and no other
             // borrow of it is alive. A pinned segment gets a new item (below).
             // A narrow record takes ids within its segment's span only; the id is
-            // taken only for a write in place (a new item takes its own).
+            // taken only for a write in place (a new item takes its own), once the pin
+            // check passed, and checked before anything is written.
             let base = self.cas_base(unpack(e).0);
             let fits = |cas: u64| hdr.prefix.wide || item::narrow_fits(cas, base);
-            let cas = (padded && fits(self.peek_next_cas() + SPAN_SLACK_IDS))
-                .then(|| self.next_cas(now))
-                .filter(|&cas| fits(cas));
-            let unpinned = if cas.is_some() {
+            let unpinned = if padded && fits(self.peek_next_cas() + SPAN_SLACK_IDS) {
                 self.unpinned(&mut shard.held, e, hdr.prefix)
             } else {
                 None
             };
-            if let Some(mut rec) = unpinned {
+            let cas = unpinned.map(|rec| (rec, self.next_cas(now)));
+            if let Some((mut rec, cas)) = cas.filter(|&(_, cas)| fits(cas)) {
                 let item_len = hdr.prefix.total_len();
                 arith::write_in_place(rec.value(item_len - vlen, vlen), digits);
                 // As above, the mutable header window only.
                 let w = self.mut_window(&mut shard.held, e);
-                let cas = cas.unwrap_or_else(|| unreachable!("taken above"));
                 let written = item::set_cas(w, cas, base);
                 debug_assert!(written, "checked to fit above");
                 if let Some(t) = ttl {
