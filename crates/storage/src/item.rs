@@ -48,6 +48,8 @@
 
 /// Bytes of the smallest header: klen, lead, exptime, narrow mark and cas.
 pub(crate) const MIN_HEADER_BYTES: usize = 10;
+/// Bytes of the largest header: four length bytes, a wide CAS id and client flags.
+pub(crate) const MAX_HEADER_BYTES: usize = 2 + 4 + WIDE_WINDOW + FLAGS_BYTES;
 /// Extra header bytes when the client flags are non-zero.
 pub(crate) const FLAGS_BYTES: usize = 4;
 /// Longest key the header can describe (memcached itself allows 250).
@@ -474,7 +476,7 @@ mod tests {
         assert_eq!(header_len(316, false, false), 12);
         assert_eq!(header_len(65_535, false, false), 12);
         assert_eq!(header_len(65_536, false, false), 13);
-        assert_eq!(header_len(1 << 24, true, true), 2 + 4 + 13 + 4);
+        assert_eq!(header_len(1 << 24, true, true), MAX_HEADER_BYTES);
         // The smallest record is longer than the most a prefix read takes.
         assert!(item_len(1, 0, false, false) > PREFIX_MAX_BYTES);
     }

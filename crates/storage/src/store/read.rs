@@ -175,7 +175,7 @@ impl Store {
         let Some(rec) = self.mem(seg).address_of(off as usize) else {
             return Peeked::MAYBE;
         };
-        let len = item::MIN_HEADER_BYTES + 4 + item::FLAGS_BYTES + key_len + 64;
+        let len = item::MAX_HEADER_BYTES + key_len + 64;
         segment::prefetch_head(rec as usize, len);
         Peeked {
             cell,
