@@ -4,7 +4,7 @@
 
 use ferrocache_server::ops::Exec;
 use ferrocache_server::reply::Sink;
-use ferrocache_server::session::{Conn, Status};
+use ferrocache_server::session::{Ahead, Conn, Status};
 use ferrocache_server::state::Shared;
 use std::collections::HashSet;
 
@@ -135,6 +135,7 @@ fn drive<'a>(shared: &Shared, input: &'a [u8], chunks: impl Iterator<Item = &'a 
         sink: Sink::COPY,
     };
     let mut conn = Conn::new();
+    let mut ahead = Ahead::default();
     let mut out = Vec::new();
     let mut status = Status::Open;
     let mut fed = 0;
@@ -152,7 +153,7 @@ fn drive<'a>(shared: &Shared, input: &'a [u8], chunks: impl Iterator<Item = &'a 
             }
             fed += read;
             let before = (out.len(), conn.buffered());
-            status = conn.process(&exec);
+            status = conn.process(&exec, &mut ahead);
             let n = conn.output().len();
             out.extend_from_slice(conn.output());
             conn.written(n);

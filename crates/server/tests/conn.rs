@@ -8,7 +8,7 @@
 
 use ferrocache_server::ops::Exec;
 use ferrocache_server::reply::Sink;
-use ferrocache_server::session::{Conn, Status};
+use ferrocache_server::session::{Ahead, Conn, Status};
 use ferrocache_server::state::Shared;
 use protocol::binary::{opcode, write_request, Header, RESPONSE_MAGIC};
 
@@ -32,6 +32,7 @@ fn exec(shared: &Shared) -> Exec<'_> {
 struct Client<'a> {
     exec: Exec<'a>,
     conn: Conn,
+    ahead: Ahead,
     out: Vec<u8>,
     status: Status,
 }
@@ -41,6 +42,7 @@ impl<'a> Client<'a> {
         Client {
             exec: exec(shared),
             conn: Conn::new(),
+            ahead: Ahead::default(),
             out: Vec::new(),
             status: Status::Open,
         }
@@ -48,7 +50,7 @@ impl<'a> Client<'a> {
 
     /// One `process` call, as the backends make it.
     fn process(&mut self) -> Status {
-        self.conn.process(&self.exec)
+        self.conn.process(&self.exec, &mut self.ahead)
     }
 
     /// Move everything waiting into `out`, as one write that takes it all.
@@ -357,7 +359,7 @@ fn quit_closes_after_the_replies_before_it() {
     assert_eq!(status, Status::CloseAfterWrite);
     assert_bytes(&c.out, b"STORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n");
     // Nothing more runs once closing.
-    assert_eq!(c.conn.process(&c.exec), Status::CloseAfterWrite);
+    assert_eq!(c.conn.process(&c.exec, &mut c.ahead), Status::CloseAfterWrite);
     assert!(c.conn.output().is_empty());
 }
 
@@ -460,7 +462,7 @@ fn output_backpressure_pauses_and_resumes() {
     assert!(!c.conn.stalled_on_output(), "output still waits");
     assert_eq!(c.conn.output().len(), 2 * reply.len());
     // Nothing runs while the output is not written.
-    assert_eq!(c.conn.process(&c.exec), Status::Open);
+    assert_eq!(c.conn.process(&c.exec, &mut c.ahead), Status::Open);
     assert_eq!(c.conn.output().len(), 2 * reply.len());
 
     // A partial write is not enough to resume...

@@ -27,6 +27,7 @@ use crate::io::worker::{
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
 use crate::session::conn::{Conn, Status};
+use crate::session::Ahead;
 use crate::state::Shared;
 use crate::stats::{bump, WorkerStats};
 
@@ -64,6 +65,8 @@ pub(crate) struct Worker {
     splice_min: usize,
     /// `--busy-poll-us`: how long to poll before sleeping.
     spin: Option<AdaptiveSpin>,
+    /// Requests parsed ahead, lent to each connection's `process` call.
+    ahead: Ahead,
 }
 
 impl Worker {
@@ -96,6 +99,7 @@ impl Worker {
             splices,
             splice_min,
             spin: AdaptiveSpin::new(shared.settings.busy_poll_us),
+            ahead: Ahead::default(),
             shared,
             stats,
             wake,
@@ -315,7 +319,7 @@ impl Worker {
             if read_any {
                 client.entry.touch(self.shared.clock.now());
             }
-            let status = client.conn.process(&exec);
+            let status = client.conn.process(&exec, &mut self.ahead);
             if status == Status::Close {
                 if let Some(splices) = &self.splices {
                     splices.borrow_mut().release(&self.shared.store);

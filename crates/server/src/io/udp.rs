@@ -45,6 +45,7 @@ use socket2::{Protocol, Type};
 use crate::io::spin::AdaptiveSpin;
 use crate::ops::Exec;
 use crate::session::conn::Conn;
+use crate::session::Ahead;
 use crate::stats::bump;
 
 /// Size of memcached's UDP frame header.
@@ -89,6 +90,7 @@ pub struct UdpEndpoint {
     inbox: RecvBatch,
     outbox: SendBatch,
     conn: Conn,
+    ahead: Ahead,
     message_ends: RefCell<Vec<(usize, bool)>>,
     /// The kernel offers UDP GSO on `socket` (probed when it was bound).
     gso_offered: bool,
@@ -125,6 +127,7 @@ impl UdpEndpoint {
             inbox: RecvBatch::new(RECV_BATCH, UDP_MAX_REQUEST_BYTES),
             outbox: SendBatch::new(),
             conn: Conn::new(),
+            ahead: Ahead::default(),
             message_ends: RefCell::new(Vec::new()),
             gso_offered,
             gso_decided: false,
@@ -168,6 +171,7 @@ impl UdpEndpoint {
                 }
                 answer(
                     &mut self.conn,
+                    &mut self.ahead,
                     &self.message_ends,
                     &mut self.outbox,
                     fd,
@@ -203,6 +207,7 @@ impl UdpEndpoint {
 #[allow(clippy::too_many_arguments)]
 fn answer(
     conn: &mut Conn,
+    ahead: &mut Ahead,
     message_ends: &RefCell<Vec<(usize, bool)>>,
     outbox: &mut SendBatch,
     fd: RawFd,
@@ -235,7 +240,7 @@ fn answer(
         }
         // Whatever the request asks of the connection (quit, close), a UDP
         // endpoint stays open: only the replies matter.
-        let _ = conn.process(&udp_exec);
+        let _ = conn.process(&udp_exec, ahead);
         let output = conn.output();
         let mut start = 0;
         for &(end, send_empty) in message_ends.borrow().iter() {

@@ -48,6 +48,7 @@ use crate::io::worker::{
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
 use crate::session::conn::{Conn, Status};
+use crate::session::Ahead;
 use crate::state::Shared;
 use crate::stats::{bump, WorkerStats};
 
@@ -156,6 +157,8 @@ pub struct UringWorker {
     splices: Option<RefCell<Splices>>,
     /// `Exec::splice_min` for this worker's connections.
     splice_min: usize,
+    /// Requests parsed ahead, lent to each connection's `process` call.
+    ahead: Ahead,
 }
 
 impl UringWorker {
@@ -192,6 +195,7 @@ impl UringWorker {
             shared,
             stats,
             draining: false,
+            ahead: Ahead::default(),
         })
     }
 
@@ -511,7 +515,7 @@ impl UringWorker {
         let Some(c) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
-        if !drive_client(&mut self.ring, &exec, c, self.draining) {
+        if !drive_client(&mut self.ring, &exec, &mut self.ahead, c, self.draining) {
             self.close(idx);
         }
     }
@@ -571,7 +575,13 @@ impl UringWorker {
 }
 
 /// [`UringWorker::drive`] for one connection; false when it must close.
-fn drive_client(ring: &mut Ring, exec: &Exec<'_>, c: &mut Client, draining: bool) -> bool {
+fn drive_client(
+    ring: &mut Ring,
+    exec: &Exec<'_>,
+    ahead: &mut Ahead,
+    c: &mut Client,
+    draining: bool,
+) -> bool {
     if c.broken {
         return false;
     }
@@ -591,7 +601,7 @@ fn drive_client(ring: &mut Ring, exec: &Exec<'_>, c: &mut Client, draining: bool
         start_send(ring, c);
     } else {
         loop {
-            let status = c.conn.process(exec);
+            let status = c.conn.process(exec, ahead);
             if status == Status::Close {
                 if let Some(splices) = exec.sink.splices {
                     splices.borrow_mut().release(&exec.shared.store);

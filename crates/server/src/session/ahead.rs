@@ -16,7 +16,8 @@
 //!
 //! Items hold offsets into the connection's input buffer, valid only while it is not
 //! compacted: the queue lives for one `Conn::process` call, which reads
-//! no socket bytes. A peek taken ahead may be stale by the time its request runs (an
+//! no socket bytes. So each worker owns one queue and lends it to every call, and a
+//! connection holds none between them. A peek taken ahead may be stale by the time its request runs (an
 //! earlier request of the batch stored the same key): the lookup checks it under the
 //! lock and searches the bucket when it no longer holds, as for any peek.
 

@@ -5,4 +5,5 @@
 pub mod ahead;
 pub mod conn;
 
+pub use ahead::Ahead;
 pub use conn::{Conn, Status};
