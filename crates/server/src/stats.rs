@@ -9,6 +9,56 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+/// A worker's connection memory, as its buffer pool (`session/conn/buffers.rs`) and its
+/// event loop publish it. Each is written by its worker alone.
+#[derive(Default, Debug)]
+pub struct ConnGauges {
+    /// Read buffers in existence (held by connections or cached).
+    pub read_buffers: AtomicU64,
+    /// Their bytes; of which cached.
+    pub read_bytes: AtomicU64,
+    pub read_free_bytes: AtomicU64,
+    /// Bytes of write buffers (the connections' and the io_uring send buffers), held or
+    /// cached; of which cached.
+    pub write_bytes: AtomicU64,
+    pub write_free_bytes: AtomicU64,
+    /// The connections' own state: their slots in the worker's table and their `stats
+    /// conns` entries.
+    pub state_bytes: AtomicU64,
+}
+
+/// [`ConnGauges`] summed over workers.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnMemory {
+    pub read_buffers: u64,
+    pub read_bytes: u64,
+    pub read_free_bytes: u64,
+    pub write_bytes: u64,
+    pub write_free_bytes: u64,
+    pub state_bytes: u64,
+}
+
+impl ConnMemory {
+    /// Buffer bytes connections hold now.
+    #[must_use]
+    pub fn buffers_in_use(&self) -> u64 {
+        (self.read_bytes + self.write_bytes)
+            .saturating_sub(self.read_free_bytes + self.write_free_bytes)
+    }
+
+    /// Buffer bytes in the workers' caches.
+    #[must_use]
+    pub fn buffers_pooled(&self) -> u64 {
+        self.read_free_bytes + self.write_free_bytes
+    }
+
+    /// Everything: buffers held and cached, and the connections' state.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.read_bytes + self.write_bytes + self.state_bytes
+    }
+}
+
 macro_rules! counters {
     ($($name:ident),* $(,)?) => {
         /// One worker's counters, named as memcached's `stats` fields.
@@ -16,9 +66,9 @@ macro_rules! counters {
         #[repr(align(64))]
         pub struct WorkerStats {
             $(pub $name: AtomicU64,)*
-            /// Not a counter but a level, which `stats reset` leaves alone: bytes of
-            /// connection buffers the worker holds (`session/conn/buffers.rs`).
-            pub conn_buffer_bytes: AtomicU64,
+            /// Not counters but levels, which `stats reset` leaves alone: the memory of
+            /// the worker's connections.
+            pub conn: ConnGauges,
         }
 
         /// A plain copy of counters, summed over workers.
@@ -113,13 +163,21 @@ impl StatsRegistry {
         self.raw().saturating_sub(&base)
     }
 
-    /// Bytes of connection buffers all workers hold (a level: never reset).
+    /// The memory of all workers' connections (levels: never reset).
     #[must_use]
-    pub fn conn_buffer_bytes(&self) -> u64 {
-        self.workers
-            .iter()
-            .map(|w| w.conn_buffer_bytes.load(Ordering::Relaxed))
-            .sum()
+    pub fn conn_memory(&self) -> ConnMemory {
+        let mut m = ConnMemory::default();
+        for w in &self.workers {
+            let g = &w.conn;
+            let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            m.read_buffers += load(&g.read_buffers);
+            m.read_bytes += load(&g.read_bytes);
+            m.read_free_bytes += load(&g.read_free_bytes);
+            m.write_bytes += load(&g.write_bytes);
+            m.write_free_bytes += load(&g.write_free_bytes);
+            m.state_bytes += load(&g.state_bytes);
+        }
+        m
     }
 
     /// `stats reset`.

@@ -449,6 +449,21 @@ pub fn available_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Give the pages of freed heap memory back to the kernel (glibc's `malloc_trim`).
+///
+/// glibc keeps what is freed in its arenas, resident, until it is reused: a burst of
+/// large connection buffers, or the allocator's own growth, would stay in RSS for good
+/// and count against `-m`'s promise. Called once a second by the maintenance thread;
+/// it walks only the free lists. A no-op where the C library is not glibc.
+pub fn release_free_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: `malloc_trim` takes a padding size and touches only the allocator's own
+    // free memory, under the allocator's locks; any thread may call it at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -555,20 +570,5 @@ mod tests {
             assert!(secs.parse::<u64>().is_ok());
             assert_eq!(micros.len(), 6);
         }
-    }
-}
-
-/// Give the pages of freed heap memory back to the kernel (glibc's `malloc_trim`).
-///
-/// glibc keeps what is freed in its arenas, resident, until it is reused: a burst of
-/// large connection buffers, or the allocator's own growth, would stay in RSS for good
-/// and count against `-m`'s promise. Called once a second by the maintenance thread;
-/// it walks only the free lists. A no-op where the C library is not glibc.
-pub fn release_free_heap() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: `malloc_trim` takes a padding size and touches only the allocator's own
-    // free memory, under the allocator's locks; any thread may call it at any time.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }

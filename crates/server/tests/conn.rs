@@ -359,7 +359,10 @@ fn quit_closes_after_the_replies_before_it() {
     assert_eq!(status, Status::CloseAfterWrite);
     assert_bytes(&c.out, b"STORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n");
     // Nothing more runs once closing.
-    assert_eq!(c.conn.process(&c.exec, &mut c.ahead), Status::CloseAfterWrite);
+    assert_eq!(
+        c.conn.process(&c.exec, &mut c.ahead),
+        Status::CloseAfterWrite
+    );
     assert!(c.conn.output().is_empty());
 }
 
@@ -580,4 +583,186 @@ fn buffers_are_taken_at_the_first_read_and_given_back_when_idle() {
         pair + 16 * 1024,
         "closed connections' buffers cached"
     );
+}
+
+/// An idle connection with half a request keeps only that half (`buffers::remnant`):
+/// its buffers go back to the cache, and the next bytes complete the request.
+#[test]
+fn half_a_request_is_kept_in_its_own_bytes_while_idle() {
+    use ferrocache_server::session::conn::buffers;
+    let shared = shared(&[]);
+    let mut c = Client::new(&shared);
+    c.feed(b"set k 0 0 5\r\nab");
+    assert!(c.out.is_empty());
+    let pending = "set k 0 0 5\r\nab".len();
+    assert!(c.conn.release_idle(None));
+    assert_eq!(
+        buffers::held_bytes() - buffers::cached_bytes(),
+        pending,
+        "the connection holds its pending bytes and nothing more"
+    );
+    assert!(!c.conn.release_idle(None), "already a remnant");
+    // Another connection takes the cached buffers and writes over them.
+    let mut d = Client::new(&shared);
+    d.feed(b"set other 0 0 3\r\nxyz\r\n");
+    assert_eq!(d.out, b"STORED\r\n");
+    c.feed(b"cde\r\nget k\r\n");
+    assert_eq!(c.out, b"STORED\r\nVALUE k 0 5\r\nabcde\r\nEND\r\n");
+    // A data block on its way (more than a remnant is kept for) keeps its read buffer;
+    // the write buffer goes back.
+    c.out.clear();
+    let mut part = b"set big 0 0 20000\r\n".to_vec();
+    part.extend_from_slice(&[b'q'; 12_000]);
+    c.feed(&part);
+    let cached = buffers::cached_bytes();
+    assert!(c.conn.release_idle(None));
+    assert_eq!(
+        buffers::cached_bytes(),
+        cached + 16 * 1024,
+        "the write buffer"
+    );
+    assert!(!c.conn.release_idle(None), "the read buffer stays");
+    let mut rest = vec![b'q'; 8_000];
+    rest.extend_from_slice(b"\r\n");
+    c.feed(&rest);
+    assert_eq!(c.out, b"STORED\r\n");
+    drop(c);
+    drop(d);
+    assert_eq!(
+        buffers::held_bytes(),
+        buffers::cached_bytes(),
+        "every byte counted as held is given back"
+    );
+}
+
+/// A small deterministic generator (xorshift) for the cuts below.
+struct Cuts(u64);
+
+impl Cuts {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// Text requests for keys under `p`: small and large values, a multi-get of more than
+/// the output high-water mark (it pauses mid-reply), appends, counters, deletes.
+fn idle_script(p: &str) -> Vec<u8> {
+    let mut s = Vec::new();
+    for i in 0..12 {
+        let v = "x".repeat(1 + i * 3);
+        s.extend_from_slice(format!("set {p}s{i} {i} 0 {}\r\n{v}\r\n", v.len()).as_bytes());
+    }
+    for (j, len) in [100_000usize, 300_000, 420_000].iter().enumerate() {
+        s.extend_from_slice(format!("set {p}big{j} 7 0 {len}\r\n").as_bytes());
+        s.resize(s.len() + len, b'a' + j as u8);
+        s.extend_from_slice(b"\r\n");
+    }
+    s.extend_from_slice(
+        format!("get {p}big0 {p}big1 {p}big2 {p}s3 {p}big2 {p}big1\r\n").as_bytes(),
+    );
+    s.extend_from_slice(
+        format!("append {p}s1 0 0 3\r\nxyz\r\nset {p}n 0 0 2\r\n10\r\n").as_bytes(),
+    );
+    s.extend_from_slice(format!("incr {p}n 5\r\ndecr {p}n 100\r\ndelete {p}s2\r\n").as_bytes());
+    s.extend_from_slice(
+        format!("set {p}q 0 0 1 noreply\r\nq\r\nget {p}s1 {p}s2 {p}q {p}n\r\n").as_bytes(),
+    );
+    s.extend_from_slice(format!("mg {p}s4 v f\r\nmn\r\n").as_bytes());
+    s
+}
+
+/// Connections that go idle anywhere, with half a request buffered or in the middle of
+/// a large multi-get's replies, and have their buffers taken by the idle scan
+/// (`Conn::release_idle`) and used by other connections in between, resume exactly:
+/// each connection's replies are byte for byte those of the same requests sent whole.
+#[test]
+fn connections_released_while_idle_anywhere_resume_exactly() {
+    use ferrocache_server::session::conn::buffers;
+    let prefixes = ["a:", "b:", "c:"];
+    let want: Vec<Vec<u8>> = prefixes
+        .iter()
+        .map(|p| {
+            let input = idle_script(p);
+            run_cut(&[], &input, &[]).0
+        })
+        .collect();
+    for seed in 1..=6u64 {
+        let shared = shared(&[]);
+        let mut cuts = Cuts(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let inputs: Vec<Vec<u8>> = prefixes.iter().map(|p| idle_script(p)).collect();
+        let mut clients: Vec<Client> = prefixes.iter().map(|_| Client::new(&shared)).collect();
+        let mut at = vec![0usize; clients.len()];
+        let (mut remnants, mut paused_mid_reply) = (0, 0);
+        let mut turns = 0;
+        loop {
+            let done = (0..clients.len()).all(|i| {
+                at[i] == inputs[i].len()
+                    && clients[i].conn.output().is_empty()
+                    && !clients[i].conn.stalled_on_output()
+                    && !clients[i].conn.has_paused_get()
+            });
+            if done {
+                break;
+            }
+            turns += 1;
+            assert!(turns < 100_000, "seed {seed}: no progress");
+            let i = cuts.below(clients.len());
+            let c = &mut clients[i];
+            // Some bytes arrive: anything from one byte to a large socket-full.
+            let n = if cuts.below(4) == 0 {
+                1 + cuts.below(200_000)
+            } else {
+                1 + cuts.below(64)
+            };
+            let end = (at[i] + n).min(inputs[i].len());
+            while at[i] < end && !c.conn.output_blocked() && c.conn.buffered() < c.conn.read_limit()
+            {
+                let space = c.conn.read_space();
+                let k = space.len().min(end - at[i]);
+                space[..k].copy_from_slice(&inputs[i][at[i]..at[i] + k]);
+                c.conn.filled(k);
+                at[i] += k;
+            }
+            assert_eq!(c.process(), Status::Open);
+            // The client reads part of its replies, or none.
+            let k = c.conn.output().len().min(cuts.below(300_000));
+            c.out.extend_from_slice(&c.conn.output()[..k]);
+            c.conn.written(k);
+            if c.conn.output().is_empty() && !c.conn.has_input() {
+                c.conn.shrink_idle();
+            }
+            // The scan finds some connections idle, whatever they hold.
+            for c in clients.iter_mut() {
+                if cuts.below(2) == 0 {
+                    let half = c.conn.has_input();
+                    let replies = !c.conn.output().is_empty() || c.conn.has_paused_get();
+                    if c.conn.release_idle(None) && half {
+                        remnants += 1;
+                    }
+                    paused_mid_reply += usize::from(replies && c.conn.has_paused_get());
+                }
+            }
+        }
+        for (i, c) in clients.iter().enumerate() {
+            assert_eq!(c.out.len(), want[i].len(), "seed {seed}, connection {i}");
+            assert!(
+                c.out == want[i],
+                "seed {seed}, connection {i}: replies differ"
+            );
+        }
+        assert!(remnants > 0, "seed {seed}: no half request was released");
+        assert!(
+            paused_mid_reply > 0,
+            "seed {seed}: never idle mid multi-get"
+        );
+        drop(clients);
+        assert_eq!(
+            buffers::held_bytes(),
+            buffers::cached_bytes(),
+            "seed {seed}"
+        );
+    }
 }

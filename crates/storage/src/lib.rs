@@ -241,8 +241,11 @@ pub struct StoreStats {
     pub items_retained: u64,
     /// Bytes of RAM the index takes (every shard's bucket array).
     pub index_bytes: u64,
-    /// What segments and index together may take: 1.05 x the memory limit.
+    /// What segments and index together may take: 1.05 x the memory limit, less what
+    /// [`Store::charge_outside`] last charged.
     pub budget_bytes: u64,
+    /// What [`Store::charge_outside`] last charged.
+    pub outside_bytes: u64,
 }
 
 /// Why [`StoreBuilder::build`] refused a configuration.

@@ -27,7 +27,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use socket2::{SockAddr, SockRef};
@@ -40,17 +40,84 @@ enum Kind {
     Client,
 }
 
+/// A socket's address, kept as the kernel gave it and written out only when `stats
+/// conns` asks: formatted at every accept, two strings cost a client connection about
+/// 100 bytes and two allocations.
+#[derive(Debug)]
+enum Name {
+    Inet(SocketAddr),
+    /// A UNIX socket's path (or `unknown`, where the kernel gave no address).
+    Text(Box<str>),
+}
+
+impl Name {
+    fn of(a: Option<SockAddr>) -> Name {
+        match a {
+            Some(a) => match a.as_socket() {
+                Some(inet) => Name::Inet(inet),
+                None => Name::Text(
+                    format!(
+                        "unix:{}",
+                        a.as_pathname()
+                            .map_or_else(String::new, |p| p.display().to_string())
+                    )
+                    .into(),
+                ),
+            },
+            None => Name::Text("unknown".into()),
+        }
+    }
+
+    /// memcached's address form: `tcp:1.2.3.4:11211`, `tcp6:[::1]:11211`, `udp:...`,
+    /// `udp6:...`, `unix:/path`.
+    fn write(&self, udp: bool) -> String {
+        let proto = if udp { "udp" } else { "tcp" };
+        match self {
+            // `ip:port`, and `[ip]:port` for IPv6.
+            Name::Inet(SocketAddr::V4(v4)) => format!("{proto}:{v4}"),
+            Name::Inet(SocketAddr::V6(v6)) => format!("{proto}6:{v6}"),
+            Name::Text(t) => t.to_string(),
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Name::Inet(_) => 0,
+            Name::Text(t) => t.len(),
+        }
+    }
+}
+
 /// One open socket.
 #[derive(Debug)]
 pub struct Entry {
     kind: Kind,
-    addr: String,
-    listen_addr: String,
     /// Server time of the last input (for a listening socket: when it was opened).
     last_input: AtomicU32,
+    addr: Name,
+    /// The address a client reached (for others, unused).
+    listen_addr: Name,
 }
 
 impl Entry {
+    /// Heap bytes the entry takes, with its share of the map, as glibc's malloc
+    /// rounds each allocation (`stats` `conn_state_bytes`).
+    fn footprint(&self) -> usize {
+        fn chunk(n: usize) -> usize {
+            if n == 0 {
+                0
+            } else {
+                ((n + 8 + 15) & !15).max(32)
+            }
+        }
+        // The Arc's two counts; a map slot (descriptor and pointer, nodes about
+        // two-thirds full).
+        chunk(16 + std::mem::size_of::<Entry>())
+            + chunk(self.addr.heap_bytes())
+            + chunk(self.listen_addr.heap_bytes())
+            + 24
+    }
+
     /// Input arrived at server time `now`.
     #[inline]
     pub fn touch(&self, now: u32) {
@@ -69,6 +136,8 @@ impl Entry {
 #[derive(Debug, Default)]
 pub struct ConnRegistry {
     entries: Mutex<BTreeMap<RawFd, Arc<Entry>>>,
+    /// The entries' [`Entry::footprint`]s, changed under the lock.
+    bytes: AtomicUsize,
 }
 
 impl ConnRegistry {
@@ -81,11 +150,9 @@ impl ConnRegistry {
     pub fn listening(&self, socket: &impl AsFd, udp: bool, now: u32) {
         let fd = socket.as_fd().as_raw_fd();
         let sock = SockRef::from(socket);
-        let addr = sock
-            .local_addr()
-            .map_or_else(|_| "unknown".to_string(), |a| format_addr(&a, udp));
+        let addr = Name::of(sock.local_addr().ok());
         let kind = if udp { Kind::Udp } else { Kind::Listening };
-        self.insert(fd, kind, addr, String::new(), now);
+        self.insert(fd, kind, addr, Name::Text("".into()), now);
     }
 
     /// A client connection accepted at server time `now`; the entry is for its worker
@@ -100,33 +167,34 @@ impl ConnRegistry {
             .ok()
             .filter(|a| a.as_socket().is_some())
             .or_else(|| local.clone());
-        let name = |a: Option<SockAddr>| {
-            a.map_or_else(|| "unknown".to_string(), |a| format_addr(&a, false))
-        };
-        self.insert(fd, Kind::Client, name(peer), name(local), now)
+        self.insert(fd, Kind::Client, Name::of(peer), Name::of(local), now)
     }
 
-    fn insert(
-        &self,
-        fd: RawFd,
-        kind: Kind,
-        addr: String,
-        listen_addr: String,
-        now: u32,
-    ) -> Arc<Entry> {
+    fn insert(&self, fd: RawFd, kind: Kind, addr: Name, listen_addr: Name, now: u32) -> Arc<Entry> {
         let entry = Arc::new(Entry {
             kind,
             addr,
             listen_addr,
             last_input: AtomicU32::new(now),
         });
-        self.entries().insert(fd, entry.clone());
+        let mut entries = self.entries();
+        self.bytes.fetch_add(entry.footprint(), Ordering::Relaxed);
+        if let Some(old) = entries.insert(fd, entry.clone()) {
+            self.bytes.fetch_sub(old.footprint(), Ordering::Relaxed);
+        }
         entry
     }
 
     /// The socket `fd` is being closed (call before the descriptor can be reused).
     pub fn closed(&self, fd: RawFd) {
-        self.entries().remove(&fd);
+        if let Some(old) = self.entries().remove(&fd) {
+            self.bytes.fetch_sub(old.footprint(), Ordering::Relaxed);
+        }
+    }
+
+    /// Heap bytes of the entries (`stats` `conn_state_bytes`).
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
     }
 
     /// The `stats conns` reply, asked for on connection `asking` at server time `now`.
@@ -139,9 +207,10 @@ impl ConnRegistry {
             if e.kind == Kind::Udp {
                 line("UDP", "UDP");
             }
-            line("addr", &e.addr);
+            let udp = e.kind == Kind::Udp;
+            line("addr", &e.addr.write(udp));
             if e.kind == Kind::Client {
-                line("listen_addr", &e.listen_addr);
+                line("listen_addr", &e.listen_addr.write(udp));
             }
             let state = match e.kind {
                 Kind::Listening => "conn_listening",
@@ -155,21 +224,5 @@ impl ConnRegistry {
             );
         }
         out.extend_from_slice(b"END\r\n");
-    }
-}
-
-/// memcached's address form: `tcp:1.2.3.4:11211`, `tcp6:[::1]:11211`, `udp:...`,
-/// `udp6:...`, `unix:/path`.
-fn format_addr(a: &SockAddr, udp: bool) -> String {
-    let proto = if udp { "udp" } else { "tcp" };
-    match a.as_socket() {
-        // `ip:port`, and `[ip]:port` for IPv6.
-        Some(SocketAddr::V4(v4)) => format!("{proto}:{v4}"),
-        Some(SocketAddr::V6(v6)) => format!("{proto}6:{v6}"),
-        None => format!(
-            "unix:{}",
-            a.as_pathname()
-                .map_or_else(String::new, |p| p.display().to_string())
-        ),
     }
 }

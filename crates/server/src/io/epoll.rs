@@ -21,8 +21,8 @@ use crate::io::net::{Listener, Stream};
 use crate::io::spin::AdaptiveSpin;
 use crate::io::udp::UdpEndpoint;
 use crate::io::worker::{
-    admit, clear_wake, BufferScan, IdleScan, SCAN_PERIOD, SHUTDOWN_WRITE_TIMEOUT,
-    TOO_MANY_CONNECTIONS,
+    admit, clear_wake, grow_table, table_grew, BufferScan, IdleScan, SCAN_PERIOD,
+    SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
 };
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
@@ -218,7 +218,9 @@ impl Worker {
                 }
             }
             let idx = self.free.pop().unwrap_or_else(|| {
+                grow_table(&mut self.clients, &mut self.free);
                 self.clients.push(None);
+                table_grew(&self.stats, &self.clients, self.free.capacity() * 8);
                 self.clients.len() - 1
             });
             if self
@@ -387,6 +389,9 @@ impl Worker {
                 }
                 client.want_write = pending;
             }
+            // Count what the buffers grew to (a value on its way, replies waiting), and
+            // give them back if the connection is empty and the worker over its budget.
+            client.conn.shrink_idle();
             if pending || status == Status::CloseAfterWrite {
                 // The writable event brings us back.
                 return;
@@ -399,8 +404,6 @@ impl Worker {
                 // Stopped reading with bytes left in the socket: come back
                 // after the other connections had their turn.
                 self.again.push(idx);
-            } else if !client.conn.has_input() {
-                client.conn.shrink_idle();
             }
             return;
         }

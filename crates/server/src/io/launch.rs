@@ -222,5 +222,23 @@ fn maintenance_loop(shared: &Shared) {
             shared.crawler.record(swept);
         }
         crate::sys::release_free_heap();
+        charge_connections(shared);
     }
+}
+
+/// Connection memory (state and buffers, `stats` `conn_*_bytes`) that `-m`'s promise
+/// holds outside the store, in the 32 MiB beside it: at about 470 bytes an idle
+/// connection, 35 000 of them. Past it, connections take from the store's budget.
+pub const CONN_ALLOWANCE_BYTES: usize = 16 << 20;
+
+/// Charge the store for the connections' memory past [`CONN_ALLOWANCE_BYTES`], so that
+/// many connections, or many holding buffers (half-sent values, replies a client does
+/// not read), shrink the cache rather than break the promise. Once a second: within
+/// it, what connections hold between turns is bounded by their buffer budget
+/// (`session/conn/buffers.rs`).
+fn charge_connections(shared: &Shared) {
+    let held = shared.stats.conn_memory().total() as usize + shared.conns.bytes();
+    shared
+        .store
+        .charge_outside(held.saturating_sub(CONN_ALLOWANCE_BYTES));
 }

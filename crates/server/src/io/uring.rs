@@ -42,8 +42,8 @@ use crate::io::net::Listener;
 use crate::io::spin::AdaptiveSpin;
 use crate::io::udp::UdpEndpoint;
 use crate::io::worker::{
-    admit, clear_wake, BufferScan, IdleScan, SCAN_PERIOD, SHUTDOWN_WRITE_TIMEOUT,
-    TOO_MANY_CONNECTIONS,
+    admit, clear_wake, grow_table, table_grew, BufferScan, IdleScan, SCAN_PERIOD,
+    SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
 };
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
@@ -459,8 +459,14 @@ impl UringWorker {
                 }
             }
             let idx = self.free.pop().unwrap_or_else(|| {
+                if grow_table(&mut self.clients, &mut self.free) {
+                    self.generations
+                        .reserve_exact(self.clients.capacity() - self.generations.len());
+                }
                 self.clients.push(None);
                 self.generations.push(0);
+                let side = self.free.capacity() * 8 + self.generations.capacity() * 4;
+                table_grew(&self.stats, &self.clients, side);
                 self.clients.len() - 1
             });
             let token = u64::from(self.generations[idx]) << SLOT_BITS | idx as u64;
@@ -639,9 +645,10 @@ fn drive_client(
         ring.recv_multi(c.fd.as_raw_fd(), c.token);
         c.recv_armed = true;
     }
-    if idle_output && !c.conn.has_input() {
+    if idle_output {
         if let Some(out) = &mut c.out {
-            // Counted and given back with the connection's buffers (`buffers.rs`).
+            // Counted and given back with the connection's buffers (`buffers.rs`);
+            // with half a request buffered, only counted.
             c.conn.shrink_idle_with(out);
         }
     }

@@ -28,6 +28,31 @@ pub(crate) fn admit(shared: &Shared, stats: &WorkerStats) -> bool {
     true
 }
 
+/// Make room for one more slot in a worker's table of connection slots (and in its list
+/// of free slots, which may come to hold them all), by an eighth of the table and at
+/// least 64 slots: doubling, a table just past a power of two would leave nearly half
+/// its slots (216 to 256 bytes each) unused, for ever. Returns whether it grew.
+pub(crate) fn grow_table<T>(clients: &mut Vec<Option<T>>, free: &mut Vec<usize>) -> bool {
+    if clients.len() < clients.capacity() {
+        return false;
+    }
+    clients.reserve_exact(clients.len() / 8 + 64);
+    free.reserve_exact(clients.capacity() - free.len());
+    true
+}
+
+/// A worker's table of connection slots grew: publish its bytes (`clients`, with
+/// `side` bytes of the tables beside it) as the connections' state (`stats`
+/// `conn_state_bytes`). Slots are reused and never freed, so this is the table's size
+/// at the most connections the worker has held.
+pub(crate) fn table_grew<T>(stats: &WorkerStats, clients: &Vec<Option<T>>, side: usize) {
+    let bytes = clients.capacity() * std::mem::size_of::<Option<T>>() + side;
+    stats
+        .conn
+        .state_bytes
+        .store(bytes as u64, Ordering::Relaxed);
+}
+
 /// Read the wake-up eventfd's counter back to zero.
 pub(crate) fn clear_wake(wake: &File) {
     let mut counter = [0u8; 8];

@@ -60,6 +60,15 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
         "connection_structures",
         shared.curr_connections.load(Ordering::Relaxed),
     );
+    // memcached's read-buffer cache, which ferrocache's per-worker buffer pool is:
+    // buffers held by connections or cached, their bytes, the cached bytes. No read
+    // buffer is ever refused (there is no `read_buf_mem_limit` to refuse by), so
+    // `read_buf_oom` stays 0.
+    let conn = shared.stats.conn_memory();
+    o.num("read_buf_count", conn.read_buffers);
+    o.num("read_buf_bytes", conn.read_bytes);
+    o.num("read_buf_bytes_free", conn.read_free_bytes);
+    o.num("read_buf_oom", 0u32);
     o.num("cmd_get", c.cmd_get);
     o.num("cmd_set", c.cmd_set);
     o.num("cmd_flush", c.cmd_flush);
@@ -107,15 +116,22 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("crawler_reclaimed", crawler_reclaimed);
     o.num("crawler_items_checked", crawler_checked);
     // ferrocache's own lines, after memcached's: where the memory goes. Items and index
-    // share the store's budget (1.05 x -m); connection buffers and the rest of the
-    // process live in the 32 MiB beside it (docs/design.md, "The memory budget").
+    // share the store's budget (1.05 x -m); connections and the rest of the process
+    // live in the 32 MiB beside it, connections past their allowance taking from the
+    // store's budget (docs/design.md, "The memory budget").
     o.num("store_budget_bytes", store.budget_bytes);
     o.num(
         "item_memory_bytes",
         store.segments_used * store.segment_size,
     );
     o.num("index_bytes", store.index_bytes);
-    o.num("conn_buffer_bytes", shared.stats.conn_buffer_bytes());
+    o.num("conn_buffer_bytes", conn.buffers_in_use());
+    o.num("conn_buffer_pooled_bytes", conn.buffers_pooled());
+    o.num(
+        "conn_state_bytes",
+        conn.state_bytes + shared.conns.bytes() as u64,
+    );
+    o.num("conn_charged_bytes", store.outside_bytes);
     o.end();
 }
 

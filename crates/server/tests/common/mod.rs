@@ -407,3 +407,26 @@ pub fn env_u64(name: &str, default: u64) -> u64 {
         Err(_) => default,
     }
 }
+
+extern "C" {
+    fn getrlimit(resource: i32, rlim: *mut [u64; 2]) -> i32;
+    fn setrlimit(resource: i32, rlim: *const [u64; 2]) -> i32;
+}
+
+/// Raises this process's descriptor limit to its hard limit (servers started after
+/// inherit it); returns the soft limit now in force.
+pub fn raise_nofile_limit() -> u64 {
+    const RLIMIT_NOFILE: i32 = 7;
+    let mut lim = [0u64; 2];
+    // SAFETY: both calls read or write only the two-word struct passed.
+    unsafe {
+        if getrlimit(RLIMIT_NOFILE, &mut lim) != 0 {
+            return 0;
+        }
+        let raised = [lim[1], lim[1]];
+        if setrlimit(RLIMIT_NOFILE, &raised) == 0 {
+            lim = raised;
+        }
+    }
+    lim[0]
+}

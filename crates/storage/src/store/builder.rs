@@ -180,6 +180,7 @@ impl StoreBuilder {
             groups: (0..groups).map(|_| GroupSlot::new()).collect(),
             evictions: self.evictions,
             memory_limit: AtomicUsize::new(self.memory_limit),
+            outside: AtomicUsize::new(0),
             item_size_max: self.item_size_max,
             item_overhead: MEMCACHED_ITEM_OVERHEAD_BYTES
                 - if self.memcached_cas {

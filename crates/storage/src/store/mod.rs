@@ -66,6 +66,9 @@ pub struct Store {
     /// The memory limit in bytes, as `limit_maxbytes` shows it (`cache_memlimit` changes
     /// it; the segments it allows are `PoolState::limit`).
     memory_limit: AtomicUsize,
+    /// Bytes outside the store that its budget must make room for
+    /// ([`Store::charge_outside`]).
+    outside: AtomicUsize,
     item_size_max: usize,
     /// memcached's bytes per item besides key, value and flags, for [`Store::item_fits`].
     item_overhead: usize,
@@ -178,6 +181,19 @@ impl Store {
         true
     }
 
+    /// Count `bytes` of memory outside the store (the server's connections past their
+    /// allowance) inside its budget from now on, in place of the last figure given: the
+    /// store then holds that much less, segments being emptied as writers need room, as
+    /// after a lowered `cache_memlimit`.
+    pub fn charge_outside(&self, bytes: usize) {
+        self.outside.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The bytes last given to [`Store::charge_outside`].
+    pub fn outside_bytes(&self) -> usize {
+        self.outside.load(Ordering::Relaxed)
+    }
+
     /// The memory limit in bytes (as built, or as `cache_memlimit` last set it).
     pub fn memory_limit(&self) -> usize {
         self.memory_limit.load(Ordering::Relaxed)
@@ -249,7 +265,9 @@ impl Store {
             segment_size: self.segment_size as u64,
             items_retained: sum.items_retained,
             index_bytes: index_bytes as u64,
-            budget_bytes: store_budget(self.memory_limit.load(Ordering::Relaxed)) as u64,
+            budget_bytes: store_budget(self.memory_limit.load(Ordering::Relaxed))
+                .saturating_sub(self.outside_bytes()) as u64,
+            outside_bytes: self.outside_bytes() as u64,
         }
     }
 
@@ -332,7 +350,8 @@ impl Store {
     /// `index_bytes` is read by the caller before it locks the pool.
     pub(crate) fn segments_allowed(&self, pool: &PoolState, index_bytes: usize) -> usize {
         let budget = store_budget(self.memory_limit.load(Ordering::Relaxed));
-        let room = budget.saturating_sub(index_bytes) / self.segment_size;
+        let outside = self.outside.load(Ordering::Relaxed);
+        let room = budget.saturating_sub(index_bytes + outside) / self.segment_size;
         pool.limit.min(room).max(2)
     }
 

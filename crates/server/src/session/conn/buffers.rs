@@ -30,29 +30,42 @@
 //! So a worker holds at most its budget (counted without the cache), its cache and the
 //! buffers of the connections that have input or output pending at that moment.
 //!
-//! The bytes held, by connections and cache together, are counted per worker in a
-//! plain thread-local number, changed only where a buffer is allocated, freed or found
-//! grown at the end of a turn (never on a request that reuses what it has), and
-//! published to the worker's `WorkerStats::conn_buffer_bytes` for `stats`.
+//! A connection that goes quiet with half a request buffered keeps only that half: the
+//! scan copies its unparsed bytes (under [`REMNANT_MAX`]) into an allocation of their
+//! size and gives both buffers back ([`remnant`]); the next read takes a buffer again
+//! and copies them in front. Many clients that stall mid-request (a slow link, or one
+//! that means harm) then cost their bytes, not 32 KiB each.
+//!
+//! The bytes held, by connections and cache, read and write buffers apart, are counted
+//! per worker in plain thread-local numbers, changed only where a buffer is allocated,
+//! freed, cached or found grown at the end of a turn (never on a request that reuses
+//! what it has), and published to the worker's `WorkerStats::conn` gauges for `stats`.
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::stats::WorkerStats;
+use crate::stats::{ConnGauges, WorkerStats};
 
 /// The size of a read buffer, and of a write buffer when taken.
 pub(super) const CHUNK: usize = 16 * 1024;
 /// Write buffers that grew past this are freed when given back, not cached.
 pub(super) const KEEP: usize = 64 * 1024;
-/// Buffers of each kind (read, write) a worker keeps for the next connection.
-pub const CACHE_MAX: usize = 16;
+/// Buffers of each kind (read, write) a worker keeps for the next connection. A turn
+/// gives back what it took before the next connection's turn, so a few cover the
+/// connections that take and give in turn; more would only sit idle (256 KiB a worker
+/// at 8, beside each idle connection's 0).
+pub const CACHE_MAX: usize = 8;
 /// Buffer memory all workers' connections may keep between turns: 128 connections'
 /// read and write buffers. Everything outside the store shares 32 MiB of `-m`'s promise
 /// (`docs/design.md`, "The memory budget"), so this stays small.
 pub const TOTAL_BUDGET_BYTES: usize = 4 << 20;
 /// The least any one worker may keep.
 pub const MIN_WORKER_BUDGET_BYTES: usize = 256 << 10;
+/// Unparsed bytes of an idle connection kept in an allocation of their own, rather than
+/// in the read buffer they arrived in (half a request; a request line is at most 2 KiB,
+/// and more means a data block on its way, which keeps its buffer).
+pub const REMNANT_MAX: usize = CHUNK / 2;
 /// A thread that never called [`attach`] (tests, fuzzing): as a worker at `-t 4`.
 const DEFAULT_BUDGET: i64 = (TOTAL_BUDGET_BYTES / 4) as i64;
 
@@ -64,15 +77,46 @@ thread_local! {
     static POOL: RefCell<Pool> = const { RefCell::new(Pool::new()) };
 }
 
+/// One kind of buffer (read or write) of a worker.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    /// Buffers in existence, held by connections or cached. Read buffers only: a write
+    /// buffer may be freed by the io_uring backend after its last send, unseen here.
+    count: i64,
+    /// Their bytes (capacities).
+    bytes: i64,
+    /// Of which in the cache.
+    free: i64,
+}
+
+impl Tally {
+    const ZERO: Tally = Tally {
+        count: 0,
+        bytes: 0,
+        free: 0,
+    };
+
+    fn store(
+        &self,
+        count: Option<&std::sync::atomic::AtomicU64>,
+        bytes: &std::sync::atomic::AtomicU64,
+        free: &std::sync::atomic::AtomicU64,
+    ) {
+        if let Some(c) = count {
+            c.store(self.count.max(0) as u64, Ordering::Relaxed);
+        }
+        bytes.store(self.bytes.max(0) as u64, Ordering::Relaxed);
+        free.store(self.free.max(0) as u64, Ordering::Relaxed);
+    }
+}
+
 struct Pool {
     /// Read buffers of exactly [`CHUNK`] bytes (length and capacity).
     reads: Vec<Vec<u8>>,
     /// Empty write buffers of [`CHUNK`] to [`KEEP`] bytes' capacity.
     writes: Vec<Vec<u8>>,
-    /// Bytes held by this worker's connections and cache.
-    held: i64,
-    /// Of which in the cache.
-    cached: i64,
+    read: Tally,
+    write: Tally,
     budget: i64,
     gauge: Option<Arc<WorkerStats>>,
 }
@@ -82,29 +126,27 @@ impl Pool {
         Pool {
             reads: Vec::new(),
             writes: Vec::new(),
-            held: 0,
-            cached: 0,
+            read: Tally::ZERO,
+            write: Tally::ZERO,
             budget: DEFAULT_BUDGET,
             gauge: None,
         }
     }
 
-    fn adjust(&mut self, delta: i64) {
-        if delta == 0 {
-            return;
-        }
-        self.held += delta;
-        self.publish();
+    /// Bytes held by connections, cache aside.
+    fn in_use(&self) -> i64 {
+        self.read.bytes - self.read.free + self.write.bytes - self.write.free
     }
 
     /// Only what connections hold counts against the budget: a full cache alone must
     /// not make every request take and give back buffers.
     fn publish(&self) {
-        TIGHT.set(self.held - self.cached > self.budget);
+        TIGHT.set(self.in_use() > self.budget);
         if let Some(stats) = &self.gauge {
-            stats
-                .conn_buffer_bytes
-                .store(self.held.max(0) as u64, Ordering::Relaxed);
+            let g: &ConnGauges = &stats.conn;
+            self.read
+                .store(Some(&g.read_buffers), &g.read_bytes, &g.read_free_bytes);
+            self.write.store(None, &g.write_bytes, &g.write_free_bytes);
         }
     }
 }
@@ -120,9 +162,6 @@ pub fn attach(stats: Arc<WorkerStats>, workers: usize) {
     let budget = (TOTAL_BUDGET_BYTES / workers.max(1)).max(MIN_WORKER_BUDGET_BYTES);
     with_pool(|p| {
         p.budget = budget as i64;
-        stats
-            .conn_buffer_bytes
-            .store(p.held.max(0) as u64, Ordering::Relaxed);
         p.gauge = Some(stats);
         p.publish();
     });
@@ -134,21 +173,29 @@ pub(super) fn tight() -> bool {
     TIGHT.get()
 }
 
-/// Bytes this thread's connections and cache hold (`conn_buffer_bytes`).
+/// Bytes this thread's connections and cache hold, read and write buffers together.
 #[must_use]
 pub fn held_bytes() -> usize {
-    with_pool(|p| p.held.max(0) as usize).unwrap_or(0)
+    with_pool(|p| (p.read.bytes + p.write.bytes).max(0) as usize).unwrap_or(0)
+}
+
+/// Of [`held_bytes`], what is in this thread's cache.
+#[must_use]
+pub fn cached_bytes() -> usize {
+    with_pool(|p| (p.read.free + p.write.free).max(0) as usize).unwrap_or(0)
 }
 
 /// A read buffer of [`CHUNK`] bytes.
 pub(super) fn take_read() -> Vec<u8> {
     with_pool(|p| {
         if let Some(buf) = p.reads.pop() {
-            p.cached -= buf.capacity() as i64;
+            p.read.free -= buf.capacity() as i64;
             p.publish();
             return buf;
         }
-        p.adjust(CHUNK as i64);
+        p.read.count += 1;
+        p.read.bytes += CHUNK as i64;
+        p.publish();
         vec![0; CHUNK]
     })
     .unwrap_or_else(|| vec![0; CHUNK])
@@ -158,14 +205,27 @@ pub(super) fn take_read() -> Vec<u8> {
 pub(super) fn take_write() -> Vec<u8> {
     with_pool(|p| {
         if let Some(buf) = p.writes.pop() {
-            p.cached -= buf.capacity() as i64;
+            p.write.free -= buf.capacity() as i64;
             p.publish();
             return buf;
         }
-        p.adjust(CHUNK as i64);
+        p.write.bytes += CHUNK as i64;
+        p.publish();
         Vec::with_capacity(CHUNK)
     })
     .unwrap_or_else(|| Vec::with_capacity(CHUNK))
+}
+
+/// An idle connection's unparsed `bytes`, in a read buffer of their size (counted as
+/// held), for it to keep in place of the one they arrived in.
+pub(super) fn remnant(bytes: &[u8]) -> Vec<u8> {
+    let buf = bytes.to_vec();
+    with_pool(|p| {
+        p.read.count += 1;
+        p.read.bytes += buf.capacity() as i64;
+        p.publish();
+    });
+    buf
 }
 
 /// Take back a connection's read buffer (counted as held): cached, or freed.
@@ -174,13 +234,15 @@ pub(super) fn give_read(buf: Vec<u8>) {
         return;
     }
     with_pool(|p| {
+        let cap = buf.capacity() as i64;
         if buf.len() == CHUNK && buf.capacity() == CHUNK && p.reads.len() < CACHE_MAX {
-            p.cached += buf.capacity() as i64;
+            p.read.free += cap;
             p.reads.push(buf);
-            p.publish();
         } else {
-            p.adjust(-(buf.capacity() as i64));
+            p.read.count -= 1;
+            p.read.bytes -= cap;
         }
+        p.publish();
     });
 }
 
@@ -193,16 +255,28 @@ pub(super) fn give_write(mut buf: Vec<u8>) {
         let cap = buf.capacity();
         if (CHUNK..=KEEP).contains(&cap) && p.writes.len() < CACHE_MAX {
             buf.clear();
-            p.cached += cap as i64;
+            p.write.free += cap as i64;
             p.writes.push(buf);
-            p.publish();
         } else {
-            p.adjust(-(cap as i64));
+            p.write.bytes -= cap as i64;
         }
+        p.publish();
     });
 }
 
-/// Buffers held by a connection grew or shrank by `delta` bytes.
-pub(super) fn adjust(delta: i64) {
-    with_pool(|p| p.adjust(delta));
+/// A connection's read buffer grew or shrank by `delta` bytes.
+pub(super) fn adjust_read(delta: i64) {
+    with_pool(|p| {
+        p.read.bytes += delta;
+        p.publish();
+    });
+}
+
+/// A connection's write buffers grew or shrank by `delta` bytes (or were freed
+/// elsewhere: the io_uring backend's send buffer).
+pub(super) fn adjust_write(delta: i64) {
+    with_pool(|p| {
+        p.write.bytes += delta;
+        p.publish();
+    });
 }

@@ -114,10 +114,12 @@ pub struct Conn {
     dump: Option<Box<Dump>>,
     /// The socket's descriptor, for `stats conns` (-1 where there is none: UDP).
     fd: i32,
-    /// Buffer bytes this connection is counted for in its worker's total
-    /// (`buffers.rs`): its buffers' capacities (and the io_uring send buffer's) as
-    /// last seen at the end of a turn that emptied it, or when taken.
-    accounted: usize,
+    /// Buffer bytes this connection is counted for in its worker's totals
+    /// (`buffers.rs`): its read buffer's capacity, and its write buffer's with the
+    /// io_uring send buffer's, as last seen at the end of a turn that emptied it, or
+    /// when taken.
+    acc_read: usize,
+    acc_write: usize,
 }
 
 /// Where to resume a multi-get whose line is still at the start of the input.
@@ -185,7 +187,8 @@ impl Conn {
             paused_get: None,
             dump: None,
             fd: -1,
-            accounted: 0,
+            acc_read: 0,
+            acc_write: 0,
         }
     }
 
@@ -227,7 +230,8 @@ impl Conn {
     #[inline(never)]
     fn make_read_room(&mut self) {
         {
-            if self.rbuf.is_empty() {
+            if self.rbuf.len() < READ_CHUNK_BYTES {
+                // None, or the remnant of half a request kept while idle.
                 self.take_buffers();
                 return;
             }
@@ -324,7 +328,7 @@ impl Conn {
         if out.capacity() == 0 {
             // Given back while idle: the connection composes into a cached one.
             *out = buffers::take_write();
-            self.accounted += out.capacity();
+            self.acc_write += out.capacity();
         }
         out.clear();
         if self.wpos == 0 {
@@ -366,14 +370,16 @@ impl Conn {
         }
     }
 
-    /// Call at the end of every turn that left the connection with no input and no
-    /// output pending: gives the buffers back when the worker holds more than its
-    /// budget or they grew past the size kept (a big value), and counts any growth
-    /// (`buffers.rs`). The check is inlined at the call: it runs on every turn and
+    /// Call at the end of every turn: counts what the buffers grew to (`buffers.rs`),
+    /// and if the connection holds nothing, gives them back when the worker holds more
+    /// than its budget or they grew past the size kept (a big value). The check is inlined at the call: it runs on every turn and
     /// nearly always finds nothing, so a call would cost more than the check.
     #[inline(always)]
     pub fn shrink_idle(&mut self) {
-        if self.rbuf.capacity() + self.wbuf.capacity() != self.accounted || buffers::tight() {
+        if self.rbuf.capacity() != self.acc_read
+            || self.wbuf.capacity() != self.acc_write
+            || buffers::tight()
+        {
             self.idle_buffers(None);
         }
     }
@@ -383,21 +389,47 @@ impl Conn {
     /// counted and given back with the connection's own; none may be in flight.
     #[inline(always)]
     pub fn shrink_idle_with(&mut self, out: &mut Vec<u8>) {
-        let held = self.rbuf.capacity() + self.wbuf.capacity() + out.capacity();
-        if held != self.accounted || buffers::tight() {
+        if self.rbuf.capacity() != self.acc_read
+            || self.wbuf.capacity() + out.capacity() != self.acc_write
+            || buffers::tight()
+        {
             self.idle_buffers(Some(out));
         }
     }
 
-    /// Give every buffer back if the connection holds nothing (no input, no output,
-    /// no multi-get or dump paused), as the once-a-second scan does for connections
-    /// that stayed idle. Returns whether it held any.
+    /// What the once-a-second scan does to a connection that stayed idle: give every
+    /// buffer back if it holds nothing (no input, no output, no multi-get or dump
+    /// paused); with half a request and nothing else, keep only the request's bytes
+    /// (`buffers.rs`, [`buffers::REMNANT_MAX`]). Replies waiting for the client keep
+    /// their buffers. Returns whether anything was given back.
     pub fn release_idle(&mut self, out: Option<&mut Vec<u8>>) -> bool {
         let extra = out.as_ref().map_or(0, |o| o.capacity());
-        if self.rbuf.capacity() + self.wbuf.capacity() + extra == 0 || !self.is_empty() {
+        if self.wpos != self.wbuf.len() || self.paused_get.is_some() || self.dump.is_some() {
             return false;
         }
+        let pending = self.rlen - self.rpos;
+        if pending == 0 {
+            if self.rbuf.capacity() + self.wbuf.capacity() + extra == 0 {
+                return false;
+            }
+            self.release_buffers(out);
+            return true;
+        }
+        if pending > buffers::REMNANT_MAX || self.rbuf.capacity() == pending {
+            // A data block on its way keeps its read buffer, and a remnant is one
+            // already; the write buffers, with no reply in them, go back.
+            if self.wbuf.capacity() + extra == 0 {
+                return false;
+            }
+            self.settle(extra);
+            self.give_back_writes(out);
+            return true;
+        }
+        let remnant = buffers::remnant(&self.rbuf[self.rpos..self.rlen]);
         self.release_buffers(out);
+        self.acc_read = remnant.capacity();
+        self.rbuf = remnant;
+        self.rlen = pending;
         true
     }
 
@@ -426,24 +458,37 @@ impl Conn {
     /// Count in the worker's total what the buffers hold now (`extra`: the
     /// backend's send buffer).
     fn settle(&mut self, extra: usize) {
-        let held = self.rbuf.capacity() + self.wbuf.capacity() + extra;
-        if held != self.accounted {
-            buffers::adjust(held as i64 - self.accounted as i64);
-            self.accounted = held;
+        let read = self.rbuf.capacity();
+        if read != self.acc_read {
+            buffers::adjust_read(read as i64 - self.acc_read as i64);
+            self.acc_read = read;
+        }
+        let write = self.wbuf.capacity() + extra;
+        if write != self.acc_write {
+            buffers::adjust_write(write as i64 - self.acc_write as i64);
+            self.acc_write = write;
         }
     }
 
-    /// Take a read and a write buffer from the worker's cache (`read_space` with none).
+    /// Take a read and a write buffer from the worker's cache (`read_space` with none,
+    /// or with only the remnant of half a request, which moves to the front of the new
+    /// read buffer).
     #[cold]
     #[inline(never)]
     fn take_buffers(&mut self) {
-        debug_assert!(self.rbuf.is_empty() && self.rpos == 0 && self.rlen == 0);
-        let old = self.rbuf.capacity();
-        self.rbuf = buffers::take_read();
-        self.accounted = self.accounted - old + self.rbuf.capacity();
+        let pending = self.rlen - self.rpos;
+        debug_assert!(pending < buffers::CHUNK);
+        let mut rbuf = buffers::take_read();
+        rbuf[..pending].copy_from_slice(&self.rbuf[self.rpos..self.rlen]);
+        let old = std::mem::replace(&mut self.rbuf, rbuf);
+        self.rpos = 0;
+        self.rlen = pending;
+        // The remnant is counted as held (`acc_read`), and leaves that count as given.
+        self.acc_read = self.acc_read - old.capacity() + self.rbuf.capacity();
+        buffers::give_read(old);
         if self.wbuf.capacity() == 0 {
             self.wbuf = buffers::take_write();
-            self.accounted += self.wbuf.capacity();
+            self.acc_write += self.wbuf.capacity();
         }
     }
 
@@ -455,13 +500,19 @@ impl Conn {
         buffers::give_read(std::mem::take(&mut self.rbuf));
         self.rpos = 0;
         self.rlen = 0;
+        self.acc_read = 0;
+        self.give_back_writes(out);
+    }
+
+    /// Give the write buffers back (settled first), with no reply in them.
+    fn give_back_writes(&mut self, out: Option<&mut Vec<u8>>) {
         buffers::give_write(std::mem::take(&mut self.wbuf));
         self.wpos = 0;
         self.flush_mark = 0;
         if let Some(out) = out {
             buffers::give_write(std::mem::take(out));
         }
-        self.accounted = 0;
+        self.acc_write = 0;
     }
 
     /// Execute every complete request in the input; returns what to do next. The one
