@@ -280,6 +280,31 @@ pub fn memlock_limit() -> Option<u64> {
     (rc == 0 && euid != 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
 }
 
+/// Raise the soft descriptor limit (`RLIMIT_NOFILE`) to `want`, or as far as the hard
+/// limit allows; returns the soft limit now in force. Never lowers it.
+pub fn raise_nofile_limit(want: u64) -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read or write only the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        if limit.rlim_cur < want {
+            let raised = libc::rlimit {
+                rlim_cur: want.min(limit.rlim_max),
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit.rlim_cur = raised.rlim_cur;
+            }
+        }
+    }
+    limit.rlim_cur
+}
+
 /// memcached's `-r`: raise the core file size limit to unlimited, or failing that to
 /// the hard limit. An error when the soft limit is still 0.
 pub fn raise_core_limit() -> io::Result<()> {

@@ -302,3 +302,75 @@ fn connections_holding_buffers_take_from_the_store_not_past_the_promise() {
         "the charge stayed"
     );
 }
+
+/// Started where the soft descriptor limit is 256 (as a service may be), ferrocache
+/// raises it for its `-c 1500` and takes 1 000 connections, each of which answers.
+#[test]
+fn the_descriptor_limit_is_raised_for_max_connections() {
+    const CONNECTIONS: usize = 1000;
+    if ServerKind::under_test() != ServerKind::Ferrocache || !descriptors_for(CONNECTIONS) {
+        return;
+    }
+    let port = common::probably_free_port();
+    let program = ServerKind::Ferrocache.program();
+    let mut child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -Sn 256 && exec '{}' -p {port} -l 127.0.0.1 -c 1500 -U 0{}",
+            program.display(),
+            if common::running_as_root() {
+                " -u root"
+            } else {
+                ""
+            }
+        ))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn sh");
+    // `exec`: the PID is the server's, and is killed below whatever happens.
+    let result = std::panic::catch_unwind(|| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut conns = Vec::new();
+        while conns.is_empty() {
+            match Client::try_connect(port) {
+                Ok(c) => conns.push(c),
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "server did not start: {e}");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        let limits =
+            std::fs::read_to_string(format!("/proc/{}/limits", child.id())).expect("read limits");
+        let soft: u64 = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .and_then(|l| l.split_whitespace().nth(3))
+            .and_then(|v| v.parse().ok())
+            .expect("Max open files line");
+        assert!(
+            soft >= 1500,
+            "soft descriptor limit {soft} after start with -c 1500"
+        );
+        for i in 1..CONNECTIONS {
+            let c = Client::try_connect(port).unwrap_or_else(|e| panic!("connection {i}: {e}"));
+            conns.push(c);
+        }
+        for (i, c) in conns.iter_mut().enumerate() {
+            c.send(b"version\r\n");
+            let reply = c.read_until(common::READ_TIMEOUT, |b| b.ends_with(b"\r\n"));
+            assert!(
+                reply.bytes.starts_with(b"VERSION "),
+                "connection {i}: {}",
+                reply.describe()
+            );
+        }
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}

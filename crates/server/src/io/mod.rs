@@ -33,6 +33,7 @@ pub fn serve(mut settings: Settings) -> Result<()> {
     if settings.max_core {
         sys::raise_core_limit()?;
     }
+    reserve_descriptors(&settings);
     if settings.daemonize {
         sys::daemonize(settings.max_core, settings.verbose > 0)
             .context("failed to daemon() in order to daemonize")?;
@@ -80,4 +81,30 @@ pub fn serve(mut settings: Settings) -> Result<()> {
         let _ = std::fs::remove_file(path);
     }
     served
+}
+
+/// Descriptors besides client connections: standard streams, listeners and UDP
+/// sockets (one per worker and address), each worker's eventfd and ring, and files.
+const RESERVED_DESCRIPTORS: u64 = 64;
+
+/// Raise the soft descriptor limit to what `-c` connections need, as far as the hard
+/// limit allows, so that no connection below `-c` is refused for want of a descriptor
+/// (distributions start services at a soft limit of 1024). memcached sets the limit to
+/// `-c` and exits when it cannot; ferrocache keeps what it could get and says so, since
+/// a server that runs with fewer connections serves better than one that does not run.
+fn reserve_descriptors(settings: &Settings) {
+    let per_worker = 4 * settings.listen.len().max(1) as u64 + 4;
+    let want = settings.max_connections as u64
+        + RESERVED_DESCRIPTORS
+        + per_worker * settings.threads as u64;
+    let got = sys::raise_nofile_limit(want);
+    if got < want {
+        eprintln!(
+            "ferrocache: -c {} needs about {want} file descriptors, and the limit is {got}: \
+             connections past about {} will fail (raise the hard limit: ulimit -Hn, or \
+             LimitNOFILE= for a systemd service)",
+            settings.max_connections,
+            got.saturating_sub(want - settings.max_connections as u64)
+        );
+    }
 }

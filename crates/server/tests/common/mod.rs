@@ -103,7 +103,7 @@ pub fn running_as_root() -> bool {
 
 /// A port that was free a moment ago. The server may still lose a race for it; `start`
 /// retries with another port when that happens.
-fn probably_free_port() -> u16 {
+pub fn probably_free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     listener.local_addr().expect("local_addr").port()
 }
