@@ -263,7 +263,9 @@ pub fn run_all(
     for s in &sweep_plan.skipped {
         eprintln!("ferrobench compare: warning: {s}");
     }
+    let load_before = load_average();
     let mut runs = run(bins, &sweep_plan, how)?;
+    let load_after = load_average();
     let memory_mb = how.memory_mb;
     runs.settings = vec![
         format!(
@@ -280,6 +282,13 @@ pub fn run_all(
         format!(
             "**Open files:** {}; the servers inherit it (memcached sets its own to `-c`)",
             limit.describe()
+        ),
+        // On a shared machine other work competes for both pinned CPUs; the
+        // load average says how much (this sweep's own processes add about 2).
+        format!(
+            "**Load average (1 min):** {} at the start of the sweep, {} at its end",
+            load_before.map_or("unknown".into(), |l| format!("{l:.2}")),
+            load_after.map_or("unknown".into(), |l| format!("{l:.2}"))
         ),
     ];
     if let Some(dir) = plots_dir {
@@ -521,6 +530,16 @@ impl Drop for ConnCounter {
     fn drop(&mut self) {
         let _ = self.stream.write_all(b"quit\r\n");
     }
+}
+
+/// The 1-minute load average.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// `VmHWM` of this process, in bytes.
