@@ -6,6 +6,8 @@
 //!   closed or open loop) and merges their [`stats::Stats`].
 //!   - `engine::wire` is the single place that speaks a wire protocol
 //!     (through the `protocol` crate's client side).
+//! - [`fdlimit`]: the soft open-file limit raised to the hard one at start,
+//!   so thousands of connections fit.
 //! - [`workload`]: key/value sizes, key choice (uniform, Zipf), get:set mix,
 //!   multi-get batches; [`rng`] feeds it; [`verify`] checksums values.
 //! - [`schedule`]: open-loop intended send times (Poisson or fixed).
@@ -19,6 +21,7 @@ pub mod cli;
 pub mod compare;
 pub mod config;
 pub mod engine;
+pub mod fdlimit;
 pub mod ketama;
 pub mod plot;
 pub mod report;

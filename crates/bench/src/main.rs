@@ -24,6 +24,9 @@ fn main() -> ExitCode {
 }
 
 fn run() -> anyhow::Result<ExitCode> {
+    // One descriptor per connection: thousands of connections need more than
+    // the common soft limit of 1024, and the hard limit is ours to take.
+    ferrobench::fdlimit::raise();
     // `ferrobench compare ...` is the side-by-side harness; anything else is a run.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if argv.get(1).is_some_and(|a| a == "compare") {

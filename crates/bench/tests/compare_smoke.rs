@@ -134,6 +134,85 @@ fn smoke_run_starts_measures_and_stops_everything() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A sweep-only run: two tiny steps, its section spliced into an existing
+/// report without touching the rest, JSON and plot written, servers gone.
+#[test]
+fn sweep_only_run_writes_its_section_and_nothing_else() {
+    require_memcached();
+    let dir = temp_dir("sweep");
+    let (md, json, plots) = (
+        dir.join("benchmarks.md"),
+        dir.join("sweep.json"),
+        dir.join("plots"),
+    );
+    let before = "# Benchmarks\n\nkept as it is\n\n## Notes\n\nhow to run\n";
+    std::fs::write(&md, before).unwrap();
+    let out = Command::new(FERROBENCH)
+        .arg("compare")
+        .args([
+            "--connections-sweep",
+            "3,4:1",
+            "--duration",
+            "0.3",
+            "--reps",
+            "1",
+        ])
+        .arg("--ferrocache")
+        .arg(ferrocache())
+        .arg("--out")
+        .arg(&md)
+        .arg("--plots")
+        .arg(&plots)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "compare failed: {stderr}");
+    assert!(
+        !stderr.contains("[memory]") && !stderr.contains("[legup-p16 "),
+        "a sweep-only run runs nothing else: {stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("| 4 | 1 | 4 |"), "no sweep row: {stdout}");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let steps = report["sweep"]["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    assert_eq!(steps[1]["step"]["pipeline"].as_u64(), Some(1));
+    for step in steps {
+        for run in step["runs"].as_array().unwrap() {
+            let (kind, figures) = (&run[0], &run[1][0]);
+            assert!(figures["ops"].as_u64().unwrap() > 0, "{kind}: no ops");
+            assert_eq!(figures["errors"].as_u64(), Some(0), "{kind}");
+        }
+    }
+    for pid in report["server_pids"].as_array().unwrap() {
+        let pid = pid.as_u64().unwrap();
+        assert!(
+            !alive(pid),
+            "server pid {pid} still runs after compare ended"
+        );
+    }
+    let doc = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        doc.starts_with("# Benchmarks\n\nkept as it is\n\n<!-- connection sweep"),
+        "{doc}"
+    );
+    assert!(
+        doc.ends_with("<!-- connection sweep: end -->\n\n## Notes\n\nhow to run\n"),
+        "{doc}"
+    );
+    assert!(doc.contains("## Connection sweep (LegUp): legup-p16 from 3 to 4 connections"));
+    assert!(
+        doc.contains("(plots/legup-sweep.svg)"),
+        "the plot's link is relative"
+    );
+    assert!(plots.join("legup-sweep.svg").is_file());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn sigterm_stops_every_server() {
     require_memcached();

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::servers::Server;
 use crate::cli::{self, Args, Mode};
 use crate::config::Config;
-use crate::engine::{self, RunResult};
+use crate::engine::{self, Phase, RunResult};
 use crate::report::RunReport;
 use crate::search::{self, Series};
 
@@ -125,6 +125,51 @@ pub fn measure(server: &mut Server, flags: &[String]) -> anyhow::Result<RunFigur
         before.secs_until(after?),
         rss,
     ))
+}
+
+/// [`measure`], with the server's CPU (and ferrobench's) read at the edges
+/// of the measured window itself (after the warm-up, at the end of the run) rather than
+/// around the whole run, so that connecting and closing thousands of
+/// sessions is not charged to the requests. `connected` runs once every
+/// connection is open, before any request (to wait until the server has
+/// accepted them all, say).
+pub fn measure_window(
+    server: &mut Server,
+    flags: &[String],
+    connected: &mut dyn FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<RunFigures> {
+    let (cfg, _) = config(flags)?;
+    let (mut before, mut after) = (None, None);
+    let (mut client_before, mut client_after) = (0.0, 0.0);
+    let result = {
+        let server = &*server;
+        let mut observe = |phase: Phase| -> anyhow::Result<()> {
+            match phase {
+                Phase::Connected => connected()?,
+                Phase::MeasureStart => {
+                    before = Some(server.cpu_ticks()?);
+                    client_before = engine::cpu_seconds();
+                }
+                Phase::MeasureEnd => {
+                    after = Some(server.cpu_ticks()?);
+                    client_after = engine::cpu_seconds();
+                }
+            }
+            Ok(())
+        };
+        engine::run_observed(&cfg, Some(&mut observe))
+            .with_context(|| format!("ferrobench {}", flags.join(" ")))
+    };
+    server.check_running()?;
+    let result = result?;
+    let (Some(before), Some(after)) = (before, after) else {
+        anyhow::bail!("the run ended without a measured window");
+    };
+    let rss = server.rss_bytes()?;
+    let mut figures = RunFigures::of(&cfg, &result, before.secs_until(after), rss);
+    // ferrobench's own CPU over the same window, not its setup and drain.
+    figures.client_cpu_secs = client_after - client_before;
+    Ok(figures)
 }
 
 /// The outcome of one SLO search against one server.

@@ -11,7 +11,10 @@
 //!   from outside through the server's `/proc` figures; the SLO search.
 //! - `memory`: fill to the first eviction; Zipf hit ratio.
 //! - [`summary`]: median and min–max spread; [`table`]: the markdown;
-//!   `plot`: every server's SLO search on one chart.
+//!   `plot`: every server's SLO search on one chart, and the sweep's chart.
+//! - [`sweep`]: the connection sweep (LegUp's experiment, `--connections-sweep`
+//!   or `legup-sweep` in `--presets`): legup-p16 from 5 to 10 000 connections;
+//!   `sweep_table` renders it into a section of its own.
 //!
 //! ```text
 //!   for each closed-loop preset:
@@ -19,9 +22,15 @@
 //!       rep 1: A B F   rep 2: A B F   rep 3: A B F     (A B interleaved, never batched)
 //!       stop all three
 //!   thesis-qos: the same, each run an --slo search
+//!   legup-sweep: the same servers (-c above the largest step) for every step,
+//!       preloaded once; per step rep 1: A B F ...
 //!   memory: per server, a fresh one at a time: fill 20/20, fill sun-olio, Zipf
 //!   render -> stdout (headline) + docs/benchmarks.md + docs/plots/*.svg
 //! ```
+//!
+//! A sweep-only run (`--presets legup-sweep`, or `--connections-sweep`
+//! without `--presets`) skips the memory section and rewrites only the
+//! sweep's own section of `--out`, leaving the rest of the document as it is.
 
 mod load;
 mod memory;
@@ -30,6 +39,8 @@ pub mod procs;
 pub mod procstat;
 mod servers;
 pub mod summary;
+pub mod sweep;
+mod sweep_table;
 pub mod table;
 
 use std::ffi::OsString;
@@ -41,9 +52,11 @@ use anyhow::{bail, Context};
 use clap::Parser;
 
 use crate::cli::{self, parse_duration, PRESETS};
+use crate::fdlimit;
 use crate::rng::Rng;
 use crate::workload::SizeDist;
 use servers::{Binaries, Kind, Server};
+use sweep::{Step, SWEEP_PRESET};
 use table::{FillRow, Machine, PresetRuns, Report, SloRuns, ZipfRow};
 
 /// The preset that is an SLO search rather than a closed-loop run.
@@ -53,7 +66,7 @@ const SUN_OLIO_VALUES: &str = "4-100:0.6,1024-2048:0.3,5120-20480:0.1";
 
 /// ferrobench compare: ferrocache vs memcached vs the null-store floor, side by side.
 #[derive(Debug, Parser)]
-#[command(name = "ferrobench compare", version)]
+#[command(name = "ferrobench compare", version, after_help = sweep::HELP)]
 pub struct CompareArgs {
     /// Short runs, one repetition, smaller memory fills: under 3 minutes on 2 cores.
     #[arg(long)]
@@ -61,9 +74,15 @@ pub struct CompareArgs {
     /// Repetitions of every preset on every server [default: 3, --quick 1].
     #[arg(long)]
     pub reps: Option<usize>,
-    /// Presets to run, comma separated [default: all seven].
+    /// Presets to run, comma separated [default: all seven]; `legup-sweep`
+    /// adds the connection sweep (never part of the default).
     #[arg(long, value_delimiter = ',')]
     pub presets: Vec<String>,
+    /// Connection sweep steps, `N` (pipeline 16) or `N:P`, comma separated
+    /// [default with `--presets legup-sweep`: 5,20,80,200,400,800,1400,4000,10000,1400:1,10000:1].
+    /// Without --presets, only the sweep runs.
+    #[arg(long, value_delimiter = ',', value_parser = sweep::parse_step, value_name = "N[:P],...")]
+    pub connections_sweep: Vec<Step>,
     /// Measured time of each closed-loop run [default: 5s, --quick 1s].
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -120,7 +139,10 @@ pub struct CompareArgs {
 /// Everything resolved from the flags.
 struct Plan {
     reps: usize,
+    /// Closed-loop and SLO presets (`legup-sweep` is `sweep`).
     presets: Vec<String>,
+    /// The connection sweep's steps, when it runs.
+    sweep: Option<Vec<Step>>,
     duration: Duration,
     slo_duration: Duration,
     slo_steps: usize,
@@ -137,6 +159,8 @@ pub fn main(argv: Vec<OsString>) -> anyhow::Result<ExitCode> {
     }
     let args = CompareArgs::parse_from(argv);
     procs::install_signal_handlers();
+    // The servers inherit this process's open-file limit.
+    fdlimit::raise();
     let result = compare(&args);
     if result.is_err() {
         procs::wait_if_stopping();
@@ -176,6 +200,10 @@ fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
         procs::pin_self(args.client_cpu)?;
         Some(args.server_cpu)
     };
+    let pinning = match cpu {
+        Some(c) => format!("**Pinning:** servers on CPU {c} (`taskset -c {c}`), ferrobench on CPU {} (`taskset -a -cp`)", args.client_cpu),
+        None => "**Pinning:** none".into(),
+    };
     let bins = Binaries {
         ferrocache: locate_ferrocache(args.ferrocache.as_deref())?,
         memcached: args.memcached.clone(),
@@ -191,10 +219,7 @@ fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
             servers::CONN_LIMIT,
             if bins.as_root { " -u root" } else { "" }
         ),
-        match cpu {
-            Some(c) => format!("**Pinning:** servers on CPU {c} (`taskset -c {c}`), ferrobench on CPU {} (`taskset -a -cp`)", args.client_cpu),
-            None => "**Pinning:** none".into(),
-        },
+        pinning.clone(),
         format!(
             "**Runs:** {} repetition(s), interleaved ferrocache, memcached, floor; {} s closed-loop runs without warm-up after an unmeasured preload; thesis-qos: {} steps of {} s",
             plan.reps,
@@ -222,22 +247,32 @@ fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
         report.slo = Some(slo);
         report.plots.extend(plots);
     }
-    if !args.no_memory {
+    if let Some(steps) = &plan.sweep {
+        let how = sweep::RunSettings {
+            reps: plan.reps,
+            duration: plan.duration,
+            memory_mb: args.memory_mb,
+            pinning,
+        };
+        report.sweep = Some(sweep::run_all(&bins, steps, &how, plots_dir.as_deref())?);
+    }
+    if !args.no_memory && !plan.sweep_only() {
         run_memory(&bins, &plan, &mut report)?;
     }
     report.server_pids = procs::all_pids();
     report.elapsed_secs = started.elapsed().as_secs_f64();
     if args.out != Path::new("-") {
+        // Links in the report are relative to the report.
         let base = args.out.parent().unwrap_or(Path::new("."));
-        report.plots = report
-            .plots
-            .iter()
-            .map(|p| {
-                Path::new(p)
-                    .strip_prefix(base)
-                    .map_or(p.clone(), |r| r.display().to_string())
-            })
-            .collect();
+        let relative = |p: &String| {
+            Path::new(p)
+                .strip_prefix(base)
+                .map_or(p.clone(), |r| r.display().to_string())
+        };
+        report.plots = report.plots.iter().map(relative).collect();
+        if let Some(s) = report.sweep.as_mut() {
+            s.plot = s.plot.as_ref().map(relative);
+        }
     }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)
@@ -248,13 +283,25 @@ fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes the markdown to `--out`, keeping its hand-written notes.
+/// Writes the markdown to `--out`, keeping its hand-written notes. A
+/// sweep-only report replaces just the sweep's section.
 fn write_report(args: &CompareArgs, report: &Report) -> anyhow::Result<()> {
     if args.out == Path::new("-") {
         return Ok(());
     }
     let existing = std::fs::read_to_string(&args.out).unwrap_or_default();
-    let doc = table::render(report, table::kept_notes(&existing));
+    let section = report
+        .sweep
+        .as_ref()
+        .map(|s| sweep_table::section(s, &report.date, &report.command, &report.machine));
+    let doc = match section {
+        Some(section) if !report.has_main_sections() => sweep_table::splice(&existing, &section),
+        Some(section) => table::render(
+            report,
+            &sweep_table::splice(table::kept_notes(&existing), &section),
+        ),
+        None => table::render(report, table::kept_notes(&existing)),
+    };
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
@@ -272,18 +319,49 @@ fn print_headline(report: &Report) {
     for g in table::gaps(report) {
         println!("- {g}");
     }
+    if let Some(s) = &report.sweep {
+        println!("\nConnection sweep, {} (medians)\n", s.workload);
+        print!(
+            "{}\n{}",
+            sweep_table::tables(s),
+            sweep_table::target_lines(s)
+        );
+        for w in s.skipped.iter().chain(&s.warnings) {
+            println!("warning: {w}");
+        }
+    }
     for w in &report.warnings {
         println!("warning: {w}");
     }
     println!("({:.0} s)", report.elapsed_secs);
 }
 
+impl Plan {
+    /// Only the sweep was asked for: no memory section, and only the
+    /// sweep's section of the report is rewritten.
+    fn sweep_only(&self) -> bool {
+        self.presets.is_empty() && self.sweep.is_some()
+    }
+}
+
 fn plan(args: &CompareArgs) -> anyhow::Result<Plan> {
     let q = args.quick;
-    let presets: Vec<String> = if args.presets.is_empty() {
+    let sweep_named = args.presets.iter().any(|p| p == SWEEP_PRESET);
+    let sweep = (sweep_named || !args.connections_sweep.is_empty()).then(|| {
+        if args.connections_sweep.is_empty() {
+            sweep::default_steps()
+        } else {
+            args.connections_sweep.clone()
+        }
+    });
+    let presets: Vec<String> = if args.presets.is_empty() && sweep.is_none() {
         PRESETS.iter().map(|s| s.to_string()).collect()
     } else {
-        args.presets.clone()
+        args.presets
+            .iter()
+            .filter(|p| *p != SWEEP_PRESET)
+            .cloned()
+            .collect()
     };
     for p in &presets {
         cli::preset(p)?;
@@ -295,6 +373,7 @@ fn plan(args: &CompareArgs) -> anyhow::Result<Plan> {
     Ok(Plan {
         reps,
         presets,
+        sweep,
         duration: args
             .duration
             .unwrap_or(Duration::from_secs(if q { 1 } else { 5 })),
@@ -708,5 +787,68 @@ mod tests {
         let args = CompareArgs::parse_from(["compare"]);
         let p = plan(&args).unwrap();
         assert_eq!((p.reps, p.presets.len(), p.fill_mb), (3, 7, 1024));
+        assert!(p.sweep.is_none(), "the sweep is never in the default set");
+    }
+
+    #[test]
+    fn the_sweep_alone_runs_alone() {
+        let plan_of = |a: &[&str]| {
+            plan(&CompareArgs::parse_from(
+                std::iter::once("compare").chain(a.iter().copied()),
+            ))
+        };
+        let p = plan_of(&["--presets", "legup-sweep", "--quick"]).unwrap();
+        assert!(p.presets.is_empty() && p.sweep_only());
+        assert_eq!(p.sweep.as_deref(), Some(&sweep::default_steps()[..]));
+        assert_eq!(p.reps, 1);
+        let p = plan_of(&["--connections-sweep", "5,10000:1"]).unwrap();
+        assert!(p.sweep_only());
+        let steps = p.sweep.unwrap();
+        assert_eq!(
+            (steps[0].pipeline, steps[1].connections, steps[1].pipeline),
+            (16, 10_000, 1)
+        );
+        let p = plan_of(&["--presets", "legup-p16", "--connections-sweep", "5"]).unwrap();
+        assert_eq!(p.presets, ["legup-p16"]);
+        assert!(p.sweep.is_some() && !p.sweep_only());
+        assert!(CompareArgs::try_parse_from(["compare", "--connections-sweep", "5:0"]).is_err());
+    }
+
+    #[test]
+    fn a_sweep_only_report_rewrites_only_its_section() {
+        let dir = std::env::temp_dir().join(format!("compare-sweep-doc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("benchmarks.md");
+        let doc = format!(
+            "# Benchmarks\n\nfigures\n\n{}\n## Mine\n\n## Notes\n\nhow\n",
+            table::NOTES_MARKER
+        );
+        std::fs::write(&out, &doc).unwrap();
+        let args = CompareArgs::parse_from(["compare", "--out", out.to_str().unwrap()]);
+        let report = Report {
+            date: "2026-11-27".into(),
+            sweep: Some(sweep::SweepRuns {
+                workload: "legup-p16".into(),
+                ..sweep::SweepRuns::default()
+            }),
+            ..Report::default()
+        };
+        write_report(&args, &report).unwrap();
+        let first = std::fs::read_to_string(&out).unwrap();
+        assert!(
+            first.starts_with(&doc[..doc.find("## Notes").unwrap()]),
+            "{first}"
+        );
+        assert!(
+            first.ends_with("<!-- connection sweep: end -->\n\n## Notes\n\nhow\n"),
+            "{first}"
+        );
+        write_report(&args, &report).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            first,
+            "a rerun replaces it in place"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,7 +1,9 @@
-//! One chart with every server: p99 and p50 latency against achieved
-//! throughput over the points of each server's SLO search, plus the SLO.
-//! (ferrobench's own `--plot` draws one server per file; this puts them
-//! side by side, as the comparison needs.)
+//! Charts with every server side by side (ferrobench's own `--plot` draws
+//! one server per file):
+//! - p99 and p50 latency against achieved throughput over the points of each
+//!   server's SLO search, plus the SLO;
+//! - the connection sweep in LegUp's shape: throughput and p99 against
+//!   connections on a log axis, in two panels of one SVG.
 
 use std::fmt::Write;
 
@@ -39,6 +41,21 @@ fn label(v: f64) -> String {
         format!("{:.0}k", v / 1e3)
     } else {
         format!("{v:.0}")
+    }
+}
+
+/// A latency in µs with its unit: `500 µs`, `20 ms`, `1.5 s`.
+fn latency_label(us: f64) -> String {
+    let trim = |v: f64| {
+        let t = format!("{v:.1}");
+        t.strip_suffix(".0").map_or(t.clone(), str::to_string)
+    };
+    if us >= 1e6 {
+        format!("{} s", trim(us / 1e6))
+    } else if us >= 1e3 {
+        format!("{} ms", trim(us / 1e3))
+    } else {
+        format!("{} µs", trim(us))
     }
 }
 
@@ -163,9 +180,249 @@ pub fn latency_vs_throughput(title: &str, series: &[(Kind, Curve)], target_us: f
     svg
 }
 
+/// One line of the connection sweep's plot: one server at one pipeline
+/// depth, points of (connections, ops/s, p99 µs).
+pub struct SweepLine {
+    pub kind: Kind,
+    pub pipeline: usize,
+    pub points: Vec<(f64, f64, f64)>,
+}
+
+/// Sweep plot geometry: two panels over one log x axis, legend below.
+const SW_H: f64 = 800.0;
+const SW_PANEL: f64 = 280.0;
+const SW_GAP: f64 = 60.0;
+
+/// `log10` positions of the decades around `[lo, hi]`.
+fn decades(lo: f64, hi: f64) -> (f64, f64) {
+    let a = lo.max(1e-9).log10().floor();
+    let b = hi.max(lo * 1.0001).log10().ceil();
+    (a, b.max(a + 1.0))
+}
+
+/// LegUp's figure: throughput (top, linear from 0) and p99 latency (bottom,
+/// log) against connections (log), one colour per server; lines at
+/// `solid_pipeline` are solid, other depths dashed with open markers.
+pub fn connection_sweep(title: &str, lines: &[SweepLine], solid_pipeline: usize) -> String {
+    let all = || lines.iter().flat_map(|l| l.points.iter());
+    let (x0, x1) = decades(
+        all().map(|p| p.0).fold(f64::INFINITY, f64::min).max(1.0),
+        all().map(|p| p.0).fold(1.0, f64::max),
+    );
+    let y_max = nice_ceiling(all().map(|p| p.1).fold(1.0, f64::max) * 1.05);
+    let (l0, l1) = decades(
+        all()
+            .map(|p| p.2)
+            .filter(|v| *v > 0.0)
+            .fold(f64::INFINITY, f64::min)
+            .min(1e9),
+        all().map(|p| p.2).fold(1.0, f64::max),
+    );
+    let top1 = TOP;
+    let top2 = TOP + SW_PANEL + SW_GAP;
+    let px = |x: f64| LEFT + (x.max(1e-9).log10() - x0) / (x1 - x0) * (W - LEFT - RIGHT);
+    let py_ops = |y: f64| top1 + SW_PANEL - y.min(y_max) / y_max * SW_PANEL;
+    let py_lat = |y: f64| {
+        let t = (y.max(1e-9).log10().clamp(l0, l1) - l0) / (l1 - l0);
+        top2 + SW_PANEL - t * SW_PANEL
+    };
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{SW_H}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{}" y="22" text-anchor="middle" font-size="15">{title}</text>
+<text transform="translate(18,{}) rotate(-90)" text-anchor="middle">throughput (ops/s)</text>
+<text transform="translate(18,{}) rotate(-90)" text-anchor="middle">p99 latency (log)</text>
+<text x="{}" y="{}" text-anchor="middle">connections (log)</text>
+"#,
+        W / 2.0,
+        top1 + SW_PANEL / 2.0,
+        top2 + SW_PANEL / 2.0,
+        LEFT + (W - LEFT - RIGHT) / 2.0,
+        top2 + SW_PANEL + 40.0,
+    );
+    for top in [top1, top2] {
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{LEFT}" y="{top}" width="{}" height="{SW_PANEL}" fill="none" stroke="black"/>"#,
+            W - LEFT - RIGHT
+        );
+    }
+    // Vertical grid: every decade labelled (under both panels), 2..9 faint.
+    for d in (x0 as i32)..=(x1 as i32) {
+        for m in 1..10 {
+            let x = f64::from(m) * 10f64.powi(d);
+            if x.log10() > x1 + 1e-9 {
+                break;
+            }
+            let stroke = if m == 1 { "#ccc" } else { "#eee" };
+            for top in [top1, top2] {
+                let _ = writeln!(
+                    svg,
+                    r#"<line x1="{0:.1}" y1="{top}" x2="{0:.1}" y2="{1}" stroke="{stroke}"/>"#,
+                    px(x),
+                    top + SW_PANEL
+                );
+            }
+            if m == 1 {
+                for top in [top1, top2] {
+                    let _ = writeln!(
+                        svg,
+                        r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+                        px(x),
+                        top + SW_PANEL + 16.0,
+                        label(x)
+                    );
+                }
+            }
+        }
+    }
+    for i in 0..=5 {
+        let y = y_max * f64::from(i) / 5.0;
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#ddd"/><text x="{2}" y="{3:.1}" text-anchor="end">{4}</text>"##,
+            py_ops(y),
+            W - RIGHT,
+            LEFT - 6.0,
+            py_ops(y) + 4.0,
+            label(y)
+        );
+    }
+    for d in (l0 as i32)..=(l1 as i32) {
+        let y = 10f64.powi(d);
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#ddd"/><text x="{2}" y="{3:.1}" text-anchor="end">{4}</text>"##,
+            py_lat(y),
+            W - RIGHT,
+            LEFT - 6.0,
+            py_lat(y) + 4.0,
+            latency_label(y)
+        );
+    }
+    for (n, line) in lines.iter().enumerate() {
+        let c = color(line.kind);
+        let solid = line.pipeline == solid_pipeline;
+        let dash = if solid {
+            ""
+        } else {
+            r#" stroke-dasharray="6,4""#
+        };
+        let fill = if solid { c } else { "white" };
+        let mut pts = line.points.clone();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for (y_of, py) in [
+            (
+                (|p: &(f64, f64, f64)| p.1) as fn(&(f64, f64, f64)) -> f64,
+                &py_ops as &dyn Fn(f64) -> f64,
+            ),
+            (|p| p.2, &py_lat),
+        ] {
+            let coords: Vec<String> = pts
+                .iter()
+                .map(|p| format!("{:.1},{:.1}", px(p.0), py(y_of(p))))
+                .collect();
+            let _ = writeln!(
+                svg,
+                r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="2"{dash}/>"#,
+                coords.join(" ")
+            );
+            for p in &pts {
+                let _ = writeln!(
+                    svg,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{fill}" stroke="{c}"/>"#,
+                    px(p.0),
+                    py(y_of(p))
+                );
+            }
+        }
+        let (lx, ly) = (
+            LEFT + 10.0 + 220.0 * (n % 3) as f64,
+            top2 + SW_PANEL + 68.0 + 20.0 * (n / 3) as f64,
+        );
+        let _ = writeln!(
+            svg,
+            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"{dash}/><text x="{}" y="{}">{} pipeline {}</text>"#,
+            lx + 24.0,
+            lx + 30.0,
+            ly + 4.0,
+            line.kind.name(),
+            line.pipeline
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sweep_plot_has_both_panels_and_a_line_per_server_and_depth() {
+        let line = |kind, pipeline, points: Vec<(f64, f64, f64)>| SweepLine {
+            kind,
+            pipeline,
+            points,
+        };
+        let svg = connection_sweep(
+            "sweep",
+            &[
+                line(
+                    Kind::Ferrocache,
+                    16,
+                    vec![(5.0, 1e6, 80.0), (1400.0, 3e6, 9000.0)],
+                ),
+                line(
+                    Kind::Memcached,
+                    16,
+                    vec![(5.0, 3e5, 250.0), (1400.0, 5e5, 45_000.0)],
+                ),
+                line(
+                    Kind::Ferrocache,
+                    1,
+                    vec![(1400.0, 3e5, 4000.0), (10_000.0, 2.5e5, 40_000.0)],
+                ),
+            ],
+            16,
+        );
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+        assert_eq!(
+            svg.matches("<polyline").count(),
+            6,
+            "throughput and p99 per line"
+        );
+        assert_eq!(
+            svg.matches("stroke-dasharray").count(),
+            3,
+            "the p1 line twice, its legend once"
+        );
+        assert!(svg.contains("ferrocache pipeline 1") && svg.contains("memcached pipeline 16"));
+        // Decades from 1 to 10k on x, labelled under both panels.
+        assert_eq!(svg.matches(">10k</text>").count(), 2, "under both panels");
+        assert!(
+            svg.contains(">10 ms</text>") && svg.contains(">100 µs</text>"),
+            "{svg}"
+        );
+        // The log x axis: 10 sits a quarter of the way from 1 to 10 000.
+        let quarter = LEFT + (W - LEFT - RIGHT) / 4.0;
+        assert!(
+            svg.contains(&format!(
+                r#"x="{quarter:.1}" y="336" text-anchor="middle">10<"#
+            )),
+            "{svg}"
+        );
+        assert!(!svg.contains("NaN") && !svg.contains("inf"));
+    }
+
+    #[test]
+    fn latency_labels_carry_their_unit() {
+        assert_eq!(latency_label(100.0), "100 µs");
+        assert_eq!(latency_label(1e4), "10 ms");
+        assert_eq!(latency_label(1.5e6), "1.5 s");
+    }
 
     #[test]
     fn one_polyline_per_server_and_percentile() {

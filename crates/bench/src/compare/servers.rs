@@ -78,9 +78,21 @@ impl Server {
         memory_mb: u64,
         null_value_bytes: usize,
     ) -> anyhow::Result<Server> {
+        Self::start_with_limit(bins, kind, memory_mb, null_value_bytes, CONN_LIMIT)
+    }
+
+    /// [`Server::start`] with `-c conn_limit` (the connection sweep needs
+    /// more than [`CONN_LIMIT`]).
+    pub fn start_with_limit(
+        bins: &Binaries,
+        kind: Kind,
+        memory_mb: u64,
+        null_value_bytes: usize,
+        conn_limit: u32,
+    ) -> anyhow::Result<Server> {
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
-            match Self::start_once(bins, kind, memory_mb, null_value_bytes)? {
+            match Self::start_once(bins, kind, memory_mb, null_value_bytes, conn_limit)? {
                 Ok(server) => return Ok(server),
                 Err(problem) => last = Some(problem),
             }
@@ -98,6 +110,7 @@ impl Server {
         kind: Kind,
         memory_mb: u64,
         null_value_bytes: usize,
+        conn_limit: u32,
     ) -> anyhow::Result<Result<Server, anyhow::Error>> {
         let port = free_port()?;
         let program: &Path = match kind {
@@ -119,7 +132,7 @@ impl Server {
             "-m",
             &memory_mb.to_string(),
             "-c",
-            &CONN_LIMIT.to_string(),
+            &conn_limit.to_string(),
         ]
         .iter()
         .map(|s| s.to_string())

@@ -13,6 +13,7 @@ use super::load::{RunFigures, SloFigures};
 use super::memory::{Fill, ZipfFigures};
 use super::servers::Kind;
 use super::summary::{ratio, Summary};
+use super::sweep::SweepRuns;
 
 /// The machine and software the figures came from.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -130,11 +131,26 @@ pub struct Report {
     pub fills: Vec<FillRow>,
     pub zipf: Vec<ZipfRow>,
     pub plots: Vec<String>,
+    /// The connection sweep, when one ran (rendered into its own section,
+    /// see `sweep_table`; absent from reports saved before it existed).
+    #[serde(default)]
+    pub sweep: Option<SweepRuns>,
     /// Things that went wrong or look suspicious (errors, timeouts, pins).
     pub warnings: Vec<String>,
     pub elapsed_secs: f64,
     /// Every server process started (all stopped by the end).
     pub server_pids: Vec<u32>,
+}
+
+impl Report {
+    /// Whether it holds any figure of the main document (presets, SLO,
+    /// memory); a sweep-only report touches only the sweep's section.
+    pub fn has_main_sections(&self) -> bool {
+        !self.presets.is_empty()
+            || self.slo.is_some()
+            || !self.fills.is_empty()
+            || !self.zipf.is_empty()
+    }
 }
 
 const FC: Kind = Kind::Ferrocache;

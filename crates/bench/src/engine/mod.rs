@@ -2,12 +2,19 @@
 //! progress, and merge what they measured.
 //!
 //! ```text
-//!   main thread: connect every socket (clear errors here) -> preload
+//!   main thread: preload -> connect every socket (clear errors here, the
+//!     whole setup bounded in time) -> [observer: Connected]
 //!     -> spawn T workers, each with C/T sessions (one socket per server)
-//!     -> progress line until they finish -> merge Stats -> RunResult
+//!     -> progress line, or the observer's window edges, until they finish
+//!     -> merge Stats -> RunResult
 //!   time: 0 ........ warmup ........................ end ... end+timeout
 //!         (not measured) |   measured: requests started here  | drain
+//!              [observer: MeasureStart]          [observer: MeasureEnd]
 //! ```
+//!
+//! The observer ([`run_observed`]) lets a caller measure something outside
+//! this process over exactly the measured window, e.g. a server's CPU time,
+//! without charging it for thousands of connects and closes.
 
 mod alarm;
 mod preload;
@@ -16,13 +23,14 @@ mod worker;
 
 use std::io::IsTerminal;
 use std::net::{TcpStream, UdpSocket};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
 use crate::config::{Config, Load, Transport};
+use crate::fdlimit;
 use crate::ketama::Ketama;
 use crate::schedule::Schedule;
 use crate::stats::{Scope, Stats};
@@ -30,6 +38,11 @@ use worker::{Link, Worker, WorkerSetup};
 
 /// How long a connection attempt may take before the server counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// The setup of all connections may take [`CONNECT_TIMEOUT`] plus this much per
+/// session. A loopback connect takes tens of microseconds; a server whose
+/// listen backlog overflows makes each connect wait for a SYN retransmit
+/// (a second or more), and 10 000 of those must fail in seconds, not hours.
+const CONNECT_BUDGET_PER_SESSION: Duration = Duration::from_millis(2);
 /// Without `--duration`, a `--requests` run still stops after this long.
 pub const MAX_RUN_TIME: Duration = Duration::from_secs(600);
 
@@ -42,6 +55,19 @@ pub struct Shared {
     pub abort: AtomicBool,
     /// One slot per worker for the live progress line (empty when off).
     pub progress: Vec<Mutex<Option<Scope>>>,
+}
+
+/// The moments of a run an observer of [`run_observed`] is called at, from
+/// the main thread while the workers run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Every connection is open; no worker has started.
+    Connected,
+    /// The measured window begins (the warm-up is over).
+    MeasureStart,
+    /// The measured window ends (or every worker stopped early); what is in
+    /// flight drains next.
+    MeasureEnd,
 }
 
 /// The outcome of one run.
@@ -83,12 +109,12 @@ pub fn cpu_seconds() -> f64 {
 }
 
 /// Opens one session's links: a socket to each server.
-fn connect_session(cfg: &Config) -> anyhow::Result<Vec<Link>> {
+fn connect_session(cfg: &Config, timeout: Duration) -> anyhow::Result<Vec<Link>> {
     cfg.servers
         .iter()
         .map(|s| match cfg.transport {
             Transport::Tcp => {
-                let stream = TcpStream::connect_timeout(&s.addr, CONNECT_TIMEOUT)
+                let stream = TcpStream::connect_timeout(&s.addr, timeout)
                     .with_context(|| format!("cannot connect to server {} ({})", s.name, s.addr))?;
                 stream.set_nodelay(true)?;
                 stream.set_nonblocking(true)?;
@@ -128,11 +154,64 @@ pub fn ketama_for(cfg: &Config) -> Option<Ketama> {
     })
 }
 
+/// Fails clearly, before connecting, when the sockets cannot fit under the
+/// open-file limit (else the run would die at connection N with EMFILE).
+fn check_fd_limit(cfg: &Config) -> anyhow::Result<()> {
+    let sockets = (cfg.connections * cfg.servers.len()) as u64;
+    let limit = fdlimit::current();
+    if !limit.fits(sockets + fdlimit::ENGINE_FD_RESERVE) {
+        bail!(
+            "{} connections to {} server(s) need about {} file descriptors, but the open-file \
+             limit is {} (hard {}): raise it (`ulimit -n`) or use fewer connections",
+            cfg.connections,
+            cfg.servers.len(),
+            sockets + fdlimit::ENGINE_FD_RESERVE,
+            limit.soft.unwrap_or(u64::MAX),
+            limit.hard.map_or("unlimited".into(), |h| h.to_string())
+        );
+    }
+    Ok(())
+}
+
+/// Connects every session, each within [`CONNECT_TIMEOUT`] and all of them
+/// within the setup budget, and deals them round-robin to the workers.
+fn connect_all(cfg: &Config, setups: &mut [WorkerSetup]) -> anyhow::Result<()> {
+    let n = cfg.connections;
+    let budget = CONNECT_TIMEOUT + CONNECT_BUDGET_PER_SESSION * n as u32;
+    let started = Instant::now();
+    for s in 0..n {
+        let left = budget.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            bail!(
+                "connected only {s} of {n} sessions in {:.1} s: the server accepts too slowly \
+                 (a full listen backlog, or its connection limit reached?)",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        let links = connect_session(cfg, left.min(CONNECT_TIMEOUT))
+            .with_context(|| format!("connecting session {} of {n}", s + 1))?;
+        let threads = setups.len();
+        setups[s % threads].sessions.push((s, links));
+    }
+    Ok(())
+}
+
 /// Runs one measurement as `cfg` describes (the preload included when asked).
 pub fn run(cfg: &Config) -> anyhow::Result<RunResult> {
+    run_observed(cfg, None)
+}
+
+/// [`run`], calling `observer` at each [`Phase`] from the main thread (in
+/// place of the progress line). An observer error stops the workers and
+/// fails the run.
+pub fn run_observed(
+    cfg: &Config,
+    mut observer: Option<&mut dyn FnMut(Phase) -> anyhow::Result<()>>,
+) -> anyhow::Result<RunResult> {
     if cfg.connections == 0 || cfg.threads == 0 {
         bail!("--connections and --threads must be at least 1");
     }
+    check_fd_limit(cfg)?;
     let ketama = ketama_for(cfg);
     if cfg.preload {
         preload::run(cfg, ketama.as_ref())?;
@@ -157,10 +236,9 @@ pub fn run(cfg: &Config) -> anyhow::Result<RunResult> {
             max_outstanding: cfg.max_outstanding.div_ceil(threads),
         })
         .collect();
-    for s in 0..cfg.connections {
-        setups[s % threads]
-            .sessions
-            .push((s, connect_session(cfg)?));
+    connect_all(cfg, &mut setups)?;
+    if let Some(observe) = observer.as_mut() {
+        observe(Phase::Connected)?;
     }
     let run_for = if cfg.requests.is_some() && cfg.duration.is_zero() {
         MAX_RUN_TIME
@@ -178,6 +256,7 @@ pub fn run(cfg: &Config) -> anyhow::Result<RunResult> {
     };
     let filler = filler(cfg.workload.value_size.max());
     let cpu_before = cpu_seconds();
+    let mut observed = Ok(());
     let results = std::thread::scope(|scope| {
         let handles: Vec<_> = setups
             .into_iter()
@@ -191,7 +270,12 @@ pub fn run(cfg: &Config) -> anyhow::Result<RunResult> {
                     .expect("spawning a worker thread")
             })
             .collect();
-        if cfg.progress {
+        if let Some(observe) = observer {
+            observed = observe_window(&shared, &handles, observe);
+            if observed.is_err() {
+                shared.abort.store(true, Ordering::Relaxed);
+            }
+        } else if cfg.progress {
             show_progress(&shared, &handles);
         }
         handles
@@ -207,6 +291,7 @@ pub fn run(cfg: &Config) -> anyhow::Result<RunResult> {
         stats.merge(&r.stats);
         last_done_ns = last_done_ns.max(r.last_done_ns);
     }
+    observed?;
     let measured_end = if cfg.requests.is_some() {
         last_done_ns.min(shared.end_ns)
     } else {
@@ -223,6 +308,30 @@ pub fn run(cfg: &Config) -> anyhow::Result<RunResult> {
         cpu_secs,
         target_rate,
     })
+}
+
+/// Calls `observe` at the start and the end of the measured window (or
+/// when every worker has stopped, if that is sooner).
+fn observe_window<T>(
+    shared: &Shared,
+    handles: &[std::thread::ScopedJoinHandle<'_, T>],
+    observe: &mut dyn FnMut(Phase) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    for (at_ns, phase) in [
+        (shared.warmup_ns, Phase::MeasureStart),
+        (shared.end_ns, Phase::MeasureEnd),
+    ] {
+        loop {
+            let now = shared.start.elapsed().as_nanos() as u64;
+            if now >= at_ns || handles.iter().all(|h| h.is_finished()) {
+                break;
+            }
+            // Short naps: a worker that fails early ends the wait soon.
+            std::thread::sleep(Duration::from_nanos(at_ns - now).min(Duration::from_millis(20)));
+        }
+        observe(phase)?;
+    }
+    Ok(())
 }
 
 /// The live progress line, on stderr, only when it is a terminal.
@@ -261,6 +370,70 @@ fn show_progress<T>(shared: &Shared, handles: &[std::thread::ScopedJoinHandle<'_
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::{self, Args};
+    use clap::Parser;
+
+    fn config(flags: &[&str]) -> Config {
+        let argv = ["ferrobench", "--quiet"].iter().chain(flags);
+        cli::resolve(&Args::parse_from(argv)).unwrap().0
+    }
+
+    #[test]
+    fn more_connections_than_descriptors_fail_before_connecting() {
+        // Nothing listens on port 1, so only the limit check can answer this quickly.
+        let cfg = config(&["--server", "127.0.0.1:1", "-c", "100000000"]);
+        let e = run(&cfg).unwrap_err().to_string();
+        assert!(
+            e.contains("file descriptors") && e.contains("ulimit -n"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_observer_sees_every_phase_in_order() {
+        // A server that accepts and never answers: the run still has its
+        // phases, and what it sent times out.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let held = std::thread::spawn(move || {
+            (0..3)
+                .map(|_| listener.accept().unwrap().0)
+                .collect::<Vec<_>>()
+        });
+        let cfg = config(&[
+            "--server",
+            &addr,
+            "-c",
+            "2",
+            "--duration",
+            "50ms",
+            "--warmup",
+            "20ms",
+            "--timeout",
+            "50ms",
+        ]);
+        let mut phases = Vec::new();
+        let mut observe = |p: Phase| -> anyhow::Result<()> {
+            phases.push(p);
+            Ok(())
+        };
+        let result = run_observed(&cfg, Some(&mut observe)).unwrap();
+        assert_eq!(
+            phases,
+            [Phase::Connected, Phase::MeasureStart, Phase::MeasureEnd]
+        );
+        assert_eq!(
+            result.stats.total.counters.ops,
+            result.stats.total.counters.timeouts
+        );
+
+        // An observer's error fails the run (the third accept keeps the server up).
+        let cfg = config(&["--server", &addr, "-c", "1"]);
+        let mut refuse = |_: Phase| -> anyhow::Result<()> { anyhow::bail!("not now") };
+        let e = run_observed(&cfg, Some(&mut refuse)).unwrap_err();
+        assert_eq!(e.to_string(), "not now");
+        drop(held.join().unwrap());
+    }
 
     #[test]
     fn cpu_seconds_grows_with_work() {
