@@ -26,7 +26,7 @@ use crate::io::worker::{
 };
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
-use crate::session::conn::{Conn, Status};
+use crate::session::conn::{buffers, Conn, Status};
 use crate::session::Ahead;
 use crate::state::Shared;
 use crate::stats::{bump, WorkerStats};
@@ -188,6 +188,7 @@ impl Worker {
                         c.conn.release_idle(None);
                     }
                 }
+                buffers::publish();
             }
         }
     }

@@ -47,7 +47,7 @@ use crate::io::worker::{
 };
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
-use crate::session::conn::{Conn, Status};
+use crate::session::conn::{buffers, Conn, Status};
 use crate::session::Ahead;
 use crate::state::Shared;
 use crate::stats::{bump, WorkerStats};
@@ -278,6 +278,7 @@ impl UringWorker {
                         c.out_sent = 0;
                     }
                 }
+                buffers::publish();
             }
         }
     }

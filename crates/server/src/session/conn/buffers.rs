@@ -39,7 +39,8 @@
 //! The bytes held, by connections and cache, read and write buffers apart, are counted
 //! per worker in plain thread-local numbers, changed only where a buffer is allocated,
 //! freed, cached or found grown at the end of a turn (never on a request that reuses
-//! what it has), and published to the worker's `WorkerStats::conn` gauges for `stats`.
+//! what it has), and published to the worker's `WorkerStats::conn` gauges for `stats`
+//! once a second.
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering;
@@ -140,8 +141,13 @@ impl Pool {
 
     /// Only what connections hold counts against the budget: a full cache alone must
     /// not make every request take and give back buffers.
-    fn publish(&self) {
+    fn retighten(&self) {
         TIGHT.set(self.in_use() > self.budget);
+    }
+
+    /// The figures, to the worker's gauges: once a second (the worker's buffer scan),
+    /// not at every take and give, which past the budget come with every turn.
+    fn publish(&self) {
         if let Some(stats) = &self.gauge {
             let g: &ConnGauges = &stats.conn;
             self.read
@@ -163,8 +169,15 @@ pub fn attach(stats: Arc<WorkerStats>, workers: usize) {
     with_pool(|p| {
         p.budget = budget as i64;
         p.gauge = Some(stats);
+        p.retighten();
         p.publish();
     });
+}
+
+/// Publish this worker's buffer figures to its `stats` gauges (the worker calls it
+/// once a second).
+pub fn publish() {
+    with_pool(|p| p.publish());
 }
 
 /// Whether connections should give their buffers back at the end of each turn.
@@ -190,12 +203,12 @@ pub(super) fn take_read() -> Vec<u8> {
     with_pool(|p| {
         if let Some(buf) = p.reads.pop() {
             p.read.free -= buf.capacity() as i64;
-            p.publish();
+            p.retighten();
             return buf;
         }
         p.read.count += 1;
         p.read.bytes += CHUNK as i64;
-        p.publish();
+        p.retighten();
         vec![0; CHUNK]
     })
     .unwrap_or_else(|| vec![0; CHUNK])
@@ -206,11 +219,11 @@ pub(super) fn take_write() -> Vec<u8> {
     with_pool(|p| {
         if let Some(buf) = p.writes.pop() {
             p.write.free -= buf.capacity() as i64;
-            p.publish();
+            p.retighten();
             return buf;
         }
         p.write.bytes += CHUNK as i64;
-        p.publish();
+        p.retighten();
         Vec::with_capacity(CHUNK)
     })
     .unwrap_or_else(|| Vec::with_capacity(CHUNK))
@@ -223,7 +236,7 @@ pub(super) fn remnant(bytes: &[u8]) -> Vec<u8> {
     with_pool(|p| {
         p.read.count += 1;
         p.read.bytes += buf.capacity() as i64;
-        p.publish();
+        p.retighten();
     });
     buf
 }
@@ -242,7 +255,7 @@ pub(super) fn give_read(buf: Vec<u8>) {
             p.read.count -= 1;
             p.read.bytes -= cap;
         }
-        p.publish();
+        p.retighten();
     });
 }
 
@@ -260,7 +273,7 @@ pub(super) fn give_write(mut buf: Vec<u8>) {
         } else {
             p.write.bytes -= cap as i64;
         }
-        p.publish();
+        p.retighten();
     });
 }
 
@@ -268,7 +281,7 @@ pub(super) fn give_write(mut buf: Vec<u8>) {
 pub(super) fn adjust_read(delta: i64) {
     with_pool(|p| {
         p.read.bytes += delta;
-        p.publish();
+        p.retighten();
     });
 }
 
@@ -277,6 +290,6 @@ pub(super) fn adjust_read(delta: i64) {
 pub(super) fn adjust_write(delta: i64) {
     with_pool(|p| {
         p.write.bytes += delta;
-        p.publish();
+        p.retighten();
     });
 }
