@@ -18,6 +18,7 @@ use anyhow::Context;
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 
+use super::procstat;
 use super::servers::Server;
 use crate::cli::{self, Args, Mode};
 use crate::config::Config;
@@ -45,6 +46,11 @@ pub struct RunFigures {
     pub server_rss_bytes: u64,
     /// ferrobench's own CPU over the measured run.
     pub client_cpu_secs: f64,
+    /// CPU that other processes used over the measured window: the machine's
+    /// user + system time less the server's and ferrobench's (connection
+    /// sweep only; absent, and 0, elsewhere).
+    #[serde(default)]
+    pub other_cpu_secs: f64,
 }
 
 impl RunFigures {
@@ -75,6 +81,7 @@ impl RunFigures {
             server_cpu_secs,
             server_rss_bytes,
             client_cpu_secs: r.cpu_secs,
+            other_cpu_secs: 0.0,
         }
     }
 }
@@ -141,6 +148,7 @@ pub fn measure_window(
     let (cfg, _) = config(flags)?;
     let (mut before, mut after) = (None, None);
     let (mut client_before, mut client_after) = (0.0, 0.0);
+    let (mut machine_before, mut machine_after) = (0.0, 0.0);
     let result = {
         let server = &*server;
         let mut observe = |phase: Phase| -> anyhow::Result<()> {
@@ -149,10 +157,12 @@ pub fn measure_window(
                 Phase::MeasureStart => {
                     before = Some(server.cpu_ticks()?);
                     client_before = engine::cpu_seconds();
+                    machine_before = procstat::machine_busy_secs()?;
                 }
                 Phase::MeasureEnd => {
                     after = Some(server.cpu_ticks()?);
                     client_after = engine::cpu_seconds();
+                    machine_after = procstat::machine_busy_secs()?;
                 }
             }
             Ok(())
@@ -169,6 +179,9 @@ pub fn measure_window(
     let mut figures = RunFigures::of(&cfg, &result, before.secs_until(after), rss);
     // ferrobench's own CPU over the same window, not its setup and drain.
     figures.client_cpu_secs = client_after - client_before;
+    figures.other_cpu_secs =
+        (machine_after - machine_before - figures.client_cpu_secs - figures.server_cpu_secs)
+            .max(0.0);
     Ok(figures)
 }
 

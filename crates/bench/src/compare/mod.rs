@@ -326,7 +326,8 @@ fn print_headline(report: &Report) {
             sweep_table::tables(s),
             sweep_table::target_lines(s)
         );
-        for w in s.skipped.iter().chain(&s.warnings) {
+        let contended = sweep_table::contended(s);
+        for w in s.skipped.iter().chain(&s.warnings).chain(&contended) {
             println!("warning: {w}");
         }
     }

@@ -1,6 +1,7 @@
 //! What the harness reads about a server process from `/proc`: CPU time
 //! (`/proc/PID/stat` utime + stime) and resident memory (`/proc/PID/status`
-//! VmRSS).
+//! VmRSS); and the whole machine's user and system time (`/proc/stat`), to
+//! see how much other processes competed with a run.
 //!
 //! ```text
 //!   /proc/PID/stat:  1234 (memcached) S 1 1234 ... utime stime cutime ...
@@ -93,6 +94,36 @@ pub fn parse_euid(text: &str) -> anyhow::Result<u32> {
         .context("bad effective uid")
 }
 
+/// User + system ticks of every CPU from the `cpu` line of `/proc/stat`
+/// (`cpu user nice system idle iowait irq softirq steal ...`). Interrupt
+/// time is left out: the kernel may charge a run's own loopback traffic
+/// there rather than to its processes.
+pub fn parse_machine_busy(text: &str) -> anyhow::Result<u64> {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("no cpu line in /proc/stat")?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(3)
+        .map(|f| {
+            f.parse()
+                .with_context(|| format!("bad field {f:?} in /proc/stat"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if fields.len() < 3 {
+        bail!("short cpu line in /proc/stat: {line:?}");
+    }
+    Ok(fields.iter().sum())
+}
+
+/// The machine's user + system time so far, in seconds of one CPU.
+pub fn machine_busy_secs() -> anyhow::Result<f64> {
+    let text = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    Ok(parse_machine_busy(&text)? as f64 / clock_ticks_per_sec() as f64)
+}
+
 /// CPU ticks of process `pid` now.
 pub fn cpu_ticks(pid: u32) -> anyhow::Result<CpuTicks> {
     let path = format!("/proc/{pid}/stat");
@@ -144,6 +175,14 @@ mod tests {
     const MEMCACHED_STAT: &str = "4242 (memcached) S 1 4242 4242 0 -1 4194560 1234 0 0 0 \
         150 37 0 0 20 0 10 0 123456 1100000000 5000 18446744073709551615 1 1 0 0 0 0 0 \
         4097 2 0 0 0 17 0 0 0 0 0 0\n";
+
+    #[test]
+    fn machine_busy_is_user_nice_system() {
+        let stat = "cpu  100 5 40 9000 7 3 2 1 0 0\ncpu0 50 2 20 4500 3 1 1 0 0 0\nintr 1 2\n";
+        assert_eq!(parse_machine_busy(stat).unwrap(), 145);
+        assert!(parse_machine_busy("cpu0 1 2 3\n").is_err());
+        assert!(parse_machine_busy("cpu  1 x 3\n").is_err());
+    }
 
     #[test]
     fn stat_fields_after_the_command_name() {

@@ -446,12 +446,13 @@ fn run_once(
         ));
     }
     eprintln!(
-        "[sweep {label}] {:>9.0} ops/s  p99 {:>8.1} µs  server CPU {:>5.2} µs/op ({:>3.0} % busy)  ferrobench {:>3.0} % busy",
+        "[sweep {label}] {:>9.0} ops/s  p99 {:>8.1} µs  server CPU {:>5.2} µs/op ({:>3.0} % busy)  ferrobench {:>3.0} % busy  others {:>3.0} %",
         f.ops_per_sec,
         f.p99_us,
         f.cpu_per_mop(),
         100.0 * f.server_cpu_secs / f.elapsed_secs.max(1e-9),
         100.0 * f.client_cpu_secs / f.elapsed_secs.max(1e-9),
+        100.0 * f.other_cpu_secs / f.elapsed_secs.max(1e-9),
     );
     if f.errors + f.timeouts > 0 {
         warnings.push(format!(

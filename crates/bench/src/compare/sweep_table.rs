@@ -293,12 +293,43 @@ pub fn target_lines(s: &SweepRuns) -> String {
     out
 }
 
+/// Other processes' CPU (in CPUs, over the measured window) above which a
+/// step counts as contended: the two pinned CPUs were not the runs' own.
+const CONTENDED_CPUS: f64 = 0.25;
+
+fn busy(secs: fn(&RunFigures) -> f64) -> impl Fn(&RunFigures) -> f64 {
+    move |f| secs(f) / f.elapsed_secs.max(1e-9)
+}
+
+/// The steps where other processes competed for the CPUs, in words.
+pub fn contended(s: &SweepRuns) -> Vec<String> {
+    s.steps
+        .iter()
+        .filter_map(|st| {
+            let worst = KINDS
+                .iter()
+                .filter_map(|&k| median(st.summary(k, busy(|f| f.other_cpu_secs))))
+                .fold(0.0, f64::max);
+            (worst > CONTENDED_CPUS).then(|| {
+                format!(
+                    "{}: other processes used up to {:.0} % of a CPU during the measured runs \
+                     (median of a server's runs), so its throughput and latency are not the \
+                     servers' and ferrobench's alone; CPU per op holds up better",
+                    step_label(st.step),
+                    worst * 100.0
+                )
+            })
+        })
+        .collect()
+}
+
 /// Per step and server: every figure as median (min–max), with how busy
-/// each side's CPU was (which one limits the step).
+/// each side's CPU was (which one limits the step) and how much CPU other
+/// processes took meanwhile.
 pub fn detail(s: &SweepRuns) -> String {
     let mut out = String::from(
-        "| step | server | runs | ops/s | p50 µs | p99 µs | p99.9 µs | server CPU µs/op | server CPU busy | ferrobench CPU busy | errors + timeouts |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| step | server | runs | ops/s | p50 µs | p99 µs | p99.9 µs | server CPU µs/op | server CPU busy | ferrobench CPU busy | other processes' CPU | errors + timeouts |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let pct = |v: f64| format!("{:.0} %", v * 100.0);
     for st in &s.steps {
@@ -306,7 +337,7 @@ pub fn detail(s: &SweepRuns) -> String {
             let sm = |f: fn(&RunFigures) -> f64| st.summary(*kind, f);
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 step_label(st.step),
                 kind.name(),
                 runs.len(),
@@ -315,8 +346,9 @@ pub fn detail(s: &SweepRuns) -> String {
                 fmt_summary(sm(|f| f.p99_us), fmt_num),
                 fmt_summary(sm(|f| f.p999_us), fmt_num),
                 fmt_summary(sm(RunFigures::cpu_per_mop), fmt_num),
-                cell(sm(|f| f.server_cpu_secs / f.elapsed_secs.max(1e-9)), pct),
-                cell(sm(|f| f.client_cpu_secs / f.elapsed_secs.max(1e-9)), pct),
+                cell(st.summary(*kind, busy(|f| f.server_cpu_secs)), pct),
+                cell(st.summary(*kind, busy(|f| f.client_cpu_secs)), pct),
+                cell(st.summary(*kind, busy(|f| f.other_cpu_secs)), pct),
                 runs.iter().map(|f| f.errors + f.timeouts).sum::<u64>(),
             );
         }
@@ -379,7 +411,9 @@ pub fn section(s: &SweepRuns, date: &str, command: &str, m: &Machine) -> String 
     out.push_str("\n### Every step: median (min–max)\n\n");
     out.push_str(
         "Busy is CPU seconds per second of the measured window, for the server and for\n\
-         ferrobench's one load thread: a side near 100 % is the one that limits the step.\n\n",
+         ferrobench's one load thread: a side near 100 % is the one that limits the step.\n\
+         Other processes' CPU is the machine's user and system time over the same window\n\
+         less those two: on a shared machine, what competed with the run.\n\n",
     );
     out.push_str(&detail(s));
     let _ = writeln!(
@@ -387,9 +421,10 @@ pub fn section(s: &SweepRuns, date: &str, command: &str, m: &Machine) -> String 
         "\nferrobench's peak resident memory over the sweep: {} MiB.",
         fmt_num(s.client_peak_rss_bytes as f64 / 1048576.0)
     );
-    if !s.skipped.is_empty() || !s.warnings.is_empty() {
+    let contended = contended(s);
+    if !s.skipped.is_empty() || !s.warnings.is_empty() || !contended.is_empty() {
         out.push_str("\n### Warnings from this sweep\n\n");
-        for w in s.skipped.iter().chain(&s.warnings) {
+        for w in s.skipped.iter().chain(&s.warnings).chain(&contended) {
             let _ = writeln!(out, "- {w}");
         }
     }
@@ -433,6 +468,7 @@ mod tests {
             server_cpu_secs: 1.0,
             server_rss_bytes: 8 << 20,
             client_cpu_secs: 2.0,
+            other_cpu_secs: 0.1,
         }
     }
 
@@ -504,7 +540,7 @@ mod tests {
             d.contains("| 1 400 × p16 | ferrocache | 3 | 2.80M (2.52M–3.08M) |"),
             "{d}"
         );
-        assert!(d.contains("| 50 % | 100 % | 0 |"), "busy shares: {d}");
+        assert!(d.contains("| 50 % | 100 % | 5 % | 0 |"), "busy shares: {d}");
     }
 
     #[test]
@@ -565,6 +601,22 @@ mod tests {
             ]
         );
         assert!(target_lines(&none).starts_with("- **not measured**: "));
+    }
+
+    #[test]
+    fn contended_steps_are_named() {
+        let mut s = good();
+        assert!(contended(&s).is_empty(), "5 % of a CPU is not contention");
+        for f in s.steps[2].runs[1].1.iter_mut() {
+            f.other_cpu_secs = 1.2; // 60 % of a CPU over the 2 s window
+        }
+        let c = contended(&s);
+        assert_eq!(c.len(), 1);
+        assert!(
+            c[0].starts_with("1 400 × p16: other processes used up to 60 % of a CPU"),
+            "{c:?}"
+        );
+        assert!(section(&s, "d", "c", &Machine::default()).contains(&c[0]));
     }
 
     #[test]

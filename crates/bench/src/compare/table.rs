@@ -640,6 +640,7 @@ mod tests {
             server_cpu_secs: cpu_us,
             server_rss_bytes: 8 << 20,
             client_cpu_secs: 1.0,
+            other_cpu_secs: 0.0,
         }
     }
 
