@@ -32,13 +32,15 @@ fn descriptors_for(n: usize) -> bool {
     true
 }
 
-fn stat(conn: &mut Client, name: &str) -> u64 {
-    let stats = conn.stats("");
-    stats
-        .get(name)
-        .unwrap_or_else(|| panic!("no {name} in stats"))
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
+/// Connection `i` still answers a `version`.
+fn answers(i: usize, c: &mut Client) {
+    c.send(b"version\r\n");
+    let reply = c.read_until(common::READ_TIMEOUT, |b| b.ends_with(b"\r\n"));
+    assert!(
+        reply.bytes.starts_with(b"VERSION "),
+        "connection {i}: {}",
+        reply.describe()
+    );
 }
 
 /// The busy connection: sets and gets of random keys and lengths, each reply checked
@@ -119,7 +121,7 @@ fn idle_connections_cost_little_and_the_busy_one_stays_exact() {
         if kind == ServerKind::Ferrocache {
             // Only the busy and control connections may hold buffers: at most 2 pairs.
             let deadline = Instant::now() + Duration::from_secs(30);
-            while stat(control, "conn_buffer_bytes") > 4 * 32 * 1024 && Instant::now() < deadline {
+            while control.stat("conn_buffer_bytes") > 4 * 32 * 1024 && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(200));
             }
             // And the heap's free pages go back to the kernel once a second.
@@ -184,13 +186,7 @@ fn idle_connections_cost_little_and_the_busy_one_stays_exact() {
     );
     // Every idle connection still answers.
     for (i, c) in idle.iter_mut().enumerate().step_by(97) {
-        c.send(b"version\r\n");
-        let reply = c.read_until(common::READ_TIMEOUT, |b| b.ends_with(b"\r\n"));
-        assert!(
-            reply.bytes.starts_with(b"VERSION "),
-            "connection {i}: {}",
-            reply.describe()
-        );
+        answers(i, c);
     }
 }
 
@@ -229,8 +225,8 @@ fn connections_holding_buffers_take_from_the_store_not_past_the_promise() {
     };
     // 1.5 x the memory in 1 KB values: the store is full, evicting.
     fill(&mut conn, 0, 100_000);
-    assert!(stat(&mut conn, "evictions") > 0, "the store did not fill");
-    let items_before = stat(&mut conn, "item_memory_bytes");
+    assert!(conn.stat("evictions") > 0, "the store did not fill");
+    let items_before = conn.stat("item_memory_bytes");
 
     let mut holders = Vec::with_capacity(HOLDERS);
     let mut half = format!("set held 0 0 {VALUE}\r\n").into_bytes();
@@ -257,7 +253,7 @@ fn connections_holding_buffers_take_from_the_store_not_past_the_promise() {
             break charged;
         }
     };
-    let items_during = stat(&mut conn, "item_memory_bytes");
+    let items_during = conn.stat("item_memory_bytes");
     // Adapted: from now on the process stays within the promise.
     for _ in 0..4 {
         fill(&mut conn, from, 5000);
@@ -293,14 +289,10 @@ fn connections_holding_buffers_take_from_the_store_not_past_the_promise() {
     }
     drop(holders);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while stat(&mut conn, "conn_charged_bytes") > 0 && Instant::now() < deadline {
+    while conn.stat("conn_charged_bytes") > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert_eq!(
-        stat(&mut conn, "conn_charged_bytes"),
-        0,
-        "the charge stayed"
-    );
+    assert_eq!(conn.stat("conn_charged_bytes"), 0, "the charge stayed");
 }
 
 /// Started where the soft descriptor limit is 256 (as a service may be), ferrocache
@@ -359,13 +351,7 @@ fn the_descriptor_limit_is_raised_for_max_connections() {
             conns.push(c);
         }
         for (i, c) in conns.iter_mut().enumerate() {
-            c.send(b"version\r\n");
-            let reply = c.read_until(common::READ_TIMEOUT, |b| b.ends_with(b"\r\n"));
-            assert!(
-                reply.bytes.starts_with(b"VERSION "),
-                "connection {i}: {}",
-                reply.describe()
-            );
+            answers(i, c);
         }
     });
     let _ = child.kill();

@@ -119,15 +119,6 @@ fn get_many(conn: &mut Client, keys: &[String]) -> HashMap<String, Vec<u8>> {
     found
 }
 
-fn stat(conn: &mut Client, name: &str) -> u64 {
-    let stats = conn.stats("");
-    stats
-        .get(name)
-        .unwrap_or_else(|| panic!("no stat {name}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("stat {name} = {:?}", stats[name]))
-}
-
 /// The reference server, when it is installed; the comparisons are printed, never
 /// asserted, so a machine without memcached runs ferrocache's checks alone.
 fn memcached_installed() -> bool {
@@ -234,7 +225,7 @@ fn reclaim_scenario(kind: ServerKind, flush: bool) -> Reclaim {
         }
     }
     let live_present = live.len();
-    let evictions_before = stat(&mut conn, "evictions");
+    let evictions_before = conn.stat("evictions");
     let new: Vec<Item> = (0..(SMALL_M * MIB / 2 / per_item))
         .map(|seq| Item {
             key: format!("b:{seq:010}"),
@@ -243,7 +234,7 @@ fn reclaim_scenario(kind: ServerKind, flush: bool) -> Reclaim {
         })
         .collect();
     set_batched(&mut conn, &new, 4000, || {});
-    let evictions_in_last_phase = stat(&mut conn, "evictions") - evictions_before;
+    let evictions_in_last_phase = conn.stat("evictions") - evictions_before;
     let keys: Vec<String> = live.iter().map(|(k, _)| k.clone()).collect();
     let found = get_many(&mut conn, &keys);
     let mut live_lost = 0;
@@ -347,7 +338,7 @@ fn every_item_written_reads_back_unless_evicted() {
             .collect();
         set_all(&mut conn, &items);
         written += BATCH;
-        let evictions = stat(&mut conn, "evictions");
+        let evictions = conn.stat("evictions");
         if evictions > 0 {
             break evictions;
         }
@@ -493,8 +484,8 @@ fn resident_memory_stays_within_the_promise() {
         }
     }
     let after_kib = sample(&mut phase_max);
-    let buffers = stat(&mut conn, "conn_buffer_bytes");
-    let evictions = stat(&mut conn, "evictions");
+    let buffers = conn.stat("conn_buffer_bytes");
+    let evictions = conn.stat("evictions");
     phases.push(("5 000 idle connections", phase_max));
     max_kib = max_kib.max(phase_max);
     drop(idle);

@@ -208,6 +208,17 @@ impl Client {
         map
     }
 
+    /// One number of `stats`.
+    pub fn stat(&mut self, name: &str) -> u64 {
+        let stats = self.stats("");
+        let value = stats
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in stats"));
+        value
+            .parse()
+            .unwrap_or_else(|e| panic!("stats {name} {value:?}: {e}"))
+    }
+
     /// Reads until the server closes the connection (or `timeout` passes).
     pub fn read_to_close(&mut self, timeout: Duration) -> Reply {
         self.read_until(timeout, |_| false)
