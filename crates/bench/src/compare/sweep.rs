@@ -207,15 +207,12 @@ pub struct StepRuns {
 
 impl StepRuns {
     pub fn of(&self, kind: Kind) -> &[RunFigures] {
-        self.runs
-            .iter()
-            .find(|(k, _)| *k == kind)
-            .map_or(&[], |(_, r)| r.as_slice())
+        super::table::runs_of(&self.runs, kind)
     }
 
     /// A figure of `kind`'s runs, summarised.
     pub fn summary(&self, kind: Kind, f: impl Fn(&RunFigures) -> f64) -> Option<Summary> {
-        Summary::of(&self.of(kind).iter().map(f).collect::<Vec<_>>())
+        super::table::summary_of(&self.runs, kind, f)
     }
 }
 

@@ -34,17 +34,30 @@ pub struct PresetRuns {
     pub runs: Vec<(Kind, Vec<RunFigures>)>,
 }
 
+/// `kind`'s runs among every server's.
+pub fn runs_of(runs: &[(Kind, Vec<RunFigures>)], kind: Kind) -> &[RunFigures] {
+    runs.iter()
+        .find(|(k, _)| *k == kind)
+        .map_or(&[], |(_, r)| r.as_slice())
+}
+
+/// A figure of `kind`'s runs among every server's, summarised.
+pub fn summary_of(
+    runs: &[(Kind, Vec<RunFigures>)],
+    kind: Kind,
+    f: impl Fn(&RunFigures) -> f64,
+) -> Option<Summary> {
+    Summary::of(&runs_of(runs, kind).iter().map(f).collect::<Vec<_>>())
+}
+
 impl PresetRuns {
     pub fn of(&self, kind: Kind) -> &[RunFigures] {
-        self.runs
-            .iter()
-            .find(|(k, _)| *k == kind)
-            .map_or(&[], |(_, r)| r.as_slice())
+        runs_of(&self.runs, kind)
     }
 
     /// A figure of `kind`'s runs, summarised.
     pub fn summary(&self, kind: Kind, f: impl Fn(&RunFigures) -> f64) -> Option<Summary> {
-        Summary::of(&self.of(kind).iter().map(f).collect::<Vec<_>>())
+        summary_of(&self.runs, kind, f)
     }
 }
 
