@@ -22,8 +22,8 @@ pub struct ConnGauges {
     /// cached; of which cached.
     pub write_bytes: AtomicU64,
     pub write_free_bytes: AtomicU64,
-    /// The connections' own state: their slots in the worker's table and their `stats
-    /// conns` entries.
+    /// The connections' own state: the worker's table of slots (`Shared::conn_memory`
+    /// adds the `stats conns` entries).
     pub state_bytes: AtomicU64,
 }
 

@@ -15,33 +15,11 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{escape, raise_nofile_limit, Client, Rng, ServerKind, ServerProcess};
+use common::{descriptors_for, escape, Client, Rng, ServerKind, ServerProcess};
 
 const IDLE_CONNECTIONS: usize = 5000;
 /// What the idle connections may add to the resident set, in all.
 const IDLE_GROWTH_LIMIT_KIB: u64 = 5 * 1000 * 1000 / 1024;
-
-/// Whether this process may hold `n` more descriptors (servers started after inherit
-/// the limit raised here). Prints why not.
-fn descriptors_for(n: usize) -> bool {
-    let limit = raise_nofile_limit();
-    if limit < n as u64 + 200 {
-        eprintln!("skipped: the descriptor limit is {limit}, under {n} connections and the rest");
-        return false;
-    }
-    true
-}
-
-/// Connection `i` still answers a `version`.
-fn answers(i: usize, c: &mut Client) {
-    c.send(b"version\r\n");
-    let reply = c.read_until(common::READ_TIMEOUT, |b| b.ends_with(b"\r\n"));
-    assert!(
-        reply.bytes.starts_with(b"VERSION "),
-        "connection {i}: {}",
-        reply.describe()
-    );
-}
 
 /// The busy connection: sets and gets of random keys and lengths, each reply checked
 /// against what was written.
@@ -186,7 +164,7 @@ fn idle_connections_cost_little_and_the_busy_one_stays_exact() {
     );
     // Every idle connection still answers.
     for (i, c) in idle.iter_mut().enumerate().step_by(97) {
-        answers(i, c);
+        c.assert_answers(&format!("connection {i}"));
     }
 }
 
@@ -351,7 +329,7 @@ fn the_descriptor_limit_is_raised_for_max_connections() {
             conns.push(c);
         }
         for (i, c) in conns.iter_mut().enumerate() {
-            answers(i, c);
+            c.assert_answers(&format!("connection {i}"));
         }
     });
     let _ = child.kill();

@@ -12,7 +12,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{escape, raise_nofile_limit, Client, Rng, ServerKind, ServerProcess};
+use common::{descriptors_for, escape, Client, Rng, ServerKind, ServerProcess};
 
 const MIB: u64 = 1 << 20;
 
@@ -407,13 +407,7 @@ const IDLE_CONNECTIONS: usize = 5000;
 /// stays at most 1.05 x 256 MiB + 32 MiB.
 #[test]
 fn resident_memory_stays_within_the_promise() {
-    let limit = raise_nofile_limit();
-    if limit < IDLE_CONNECTIONS as u64 + 200 {
-        eprintln!(
-            "skipped: the descriptor limit is {limit}, under {} (5 000 connections and the \
-             rest)",
-            IDLE_CONNECTIONS + 200
-        );
+    if !descriptors_for(IDLE_CONNECTIONS) {
         return;
     }
     let bound_kib = (BIG_M * 1024 * 105 / 100) + 32 * 1024;
@@ -505,13 +499,7 @@ fn resident_memory_stays_within_the_promise() {
     let mut idle = Vec::with_capacity(IDLE_CONNECTIONS);
     for i in 0..IDLE_CONNECTIONS {
         let mut c = server.connect();
-        c.send(b"version\r\n");
-        let reply = c.read_until(common::READ_TIMEOUT, |b| b.ends_with(b"\r\n"));
-        assert!(
-            reply.bytes.starts_with(b"VERSION "),
-            "connection {i}: {}",
-            reply.describe()
-        );
+        c.assert_answers(&format!("connection {i}"));
         idle.push(c);
         if (i + 1) % 500 == 0 {
             sample(&mut phase_max);

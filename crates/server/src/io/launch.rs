@@ -237,7 +237,7 @@ pub const CONN_ALLOWANCE_BYTES: usize = 16 << 20;
 /// it, what connections hold between turns is bounded by their buffer budget
 /// (`session/conn/buffers.rs`).
 fn charge_connections(shared: &Shared) {
-    let held = shared.stats.conn_memory().total() as usize + shared.conns.bytes();
+    let held = shared.conn_memory().total() as usize;
     shared
         .store
         .charge_outside(held.saturating_sub(CONN_ALLOWANCE_BYTES));

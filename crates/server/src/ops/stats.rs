@@ -64,7 +64,7 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     // buffers held by connections or cached, their bytes, the cached bytes. No read
     // buffer is ever refused (there is no `read_buf_mem_limit` to refuse by), so
     // `read_buf_oom` stays 0.
-    let conn = shared.stats.conn_memory();
+    let conn = shared.conn_memory();
     o.num("read_buf_count", conn.read_buffers);
     o.num("read_buf_bytes", conn.read_bytes);
     o.num("read_buf_bytes_free", conn.read_free_bytes);
@@ -127,10 +127,7 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("index_bytes", store.index_bytes);
     o.num("conn_buffer_bytes", conn.buffers_in_use());
     o.num("conn_buffer_pooled_bytes", conn.buffers_pooled());
-    o.num(
-        "conn_state_bytes",
-        conn.state_bytes + shared.conns.bytes() as u64,
-    );
+    o.num("conn_state_bytes", conn.state_bytes);
     o.num("conn_charged_bytes", store.outside_bytes);
     o.end();
 }

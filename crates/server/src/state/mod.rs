@@ -90,6 +90,15 @@ impl Shared {
         Shared::new(settings, store)
     }
 
+    /// The memory of every connection: the workers' buffers and slot tables, and the
+    /// `stats conns` entries (in `state_bytes`).
+    #[must_use]
+    pub fn conn_memory(&self) -> crate::stats::ConnMemory {
+        let mut m = self.stats.conn_memory();
+        m.state_bytes += self.conns.bytes() as u64;
+        m
+    }
+
     /// Worker `id`'s counters (each worker is their only writer).
     #[must_use]
     pub fn worker_stats(&self, id: usize) -> &Arc<WorkerStats> {

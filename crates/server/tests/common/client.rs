@@ -208,6 +208,17 @@ impl Client {
         map
     }
 
+    /// Sends `version` and checks the reply (`what` names the connection in a failure).
+    pub fn assert_answers(&mut self, what: &str) {
+        self.send(b"version\r\n");
+        let reply = self.read_until(READ_TIMEOUT, |b| b.ends_with(b"\r\n"));
+        assert!(
+            reply.bytes.starts_with(b"VERSION "),
+            "{what}: {}",
+            reply.describe()
+        );
+    }
+
     /// One number of `stats`.
     pub fn stat(&mut self, name: &str) -> u64 {
         let stats = self.stats("");

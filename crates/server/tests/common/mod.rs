@@ -408,25 +408,14 @@ pub fn env_u64(name: &str, default: u64) -> u64 {
     }
 }
 
-extern "C" {
-    fn getrlimit(resource: i32, rlim: *mut [u64; 2]) -> i32;
-    fn setrlimit(resource: i32, rlim: *const [u64; 2]) -> i32;
-}
-
-/// Raises this process's descriptor limit to its hard limit (servers started after
-/// inherit it); returns the soft limit now in force.
-pub fn raise_nofile_limit() -> u64 {
-    const RLIMIT_NOFILE: i32 = 7;
-    let mut lim = [0u64; 2];
-    // SAFETY: both calls read or write only the two-word struct passed.
-    unsafe {
-        if getrlimit(RLIMIT_NOFILE, &mut lim) != 0 {
-            return 0;
-        }
-        let raised = [lim[1], lim[1]];
-        if setrlimit(RLIMIT_NOFILE, &raised) == 0 {
-            lim = raised;
-        }
+/// Whether this process, its descriptor limit raised to the hard limit (servers started
+/// after inherit it), may hold `n` connections and some 200 descriptors more. Prints
+/// why not.
+pub fn descriptors_for(n: usize) -> bool {
+    let limit = ferrocache_server::sys::raise_nofile_limit(u64::MAX);
+    if limit < n as u64 + 200 {
+        eprintln!("skipped: the descriptor limit is {limit}, under {n} connections and the rest");
+        return false;
     }
-    lim[0]
+    true
 }

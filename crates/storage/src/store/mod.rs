@@ -194,6 +194,12 @@ impl Store {
         self.outside.load(Ordering::Relaxed)
     }
 
+    /// What segments and index together may take: [`store_budget`] of the memory limit,
+    /// less what [`Store::charge_outside`] last charged.
+    fn budget(&self) -> usize {
+        store_budget(self.memory_limit.load(Ordering::Relaxed)).saturating_sub(self.outside_bytes())
+    }
+
     /// The memory limit in bytes (as built, or as `cache_memlimit` last set it).
     pub fn memory_limit(&self) -> usize {
         self.memory_limit.load(Ordering::Relaxed)
@@ -265,8 +271,7 @@ impl Store {
             segment_size: self.segment_size as u64,
             items_retained: sum.items_retained,
             index_bytes: index_bytes as u64,
-            budget_bytes: store_budget(self.memory_limit.load(Ordering::Relaxed))
-                .saturating_sub(self.outside_bytes()) as u64,
+            budget_bytes: self.budget() as u64,
             outside_bytes: self.outside_bytes() as u64,
         }
     }
@@ -349,9 +354,7 @@ impl Store {
     /// Segments that may hold items now: the memory budget less what the index takes.
     /// `index_bytes` is read by the caller before it locks the pool.
     pub(crate) fn segments_allowed(&self, pool: &PoolState, index_bytes: usize) -> usize {
-        let budget = store_budget(self.memory_limit.load(Ordering::Relaxed));
-        let outside = self.outside.load(Ordering::Relaxed);
-        let room = budget.saturating_sub(index_bytes + outside) / self.segment_size;
+        let room = self.budget().saturating_sub(index_bytes) / self.segment_size;
         pool.limit.min(room).max(2)
     }
 

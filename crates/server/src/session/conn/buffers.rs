@@ -43,7 +43,7 @@
 //! once a second.
 
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::stats::{ConnGauges, WorkerStats};
@@ -79,36 +79,16 @@ thread_local! {
 }
 
 /// One kind of buffer (read or write) of a worker.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct Tally {
-    /// Buffers in existence, held by connections or cached. Read buffers only: a write
-    /// buffer may be freed by the io_uring backend after its last send, unseen here.
-    count: i64,
-    /// Their bytes (capacities).
+    /// Bytes (capacities) held by connections or cached.
     bytes: i64,
     /// Of which in the cache.
     free: i64,
 }
 
 impl Tally {
-    const ZERO: Tally = Tally {
-        count: 0,
-        bytes: 0,
-        free: 0,
-    };
-
-    fn store(
-        &self,
-        count: Option<&std::sync::atomic::AtomicU64>,
-        bytes: &std::sync::atomic::AtomicU64,
-        free: &std::sync::atomic::AtomicU64,
-    ) {
-        if let Some(c) = count {
-            c.store(self.count.max(0) as u64, Ordering::Relaxed);
-        }
-        bytes.store(self.bytes.max(0) as u64, Ordering::Relaxed);
-        free.store(self.free.max(0) as u64, Ordering::Relaxed);
-    }
+    const ZERO: Tally = Tally { bytes: 0, free: 0 };
 }
 
 struct Pool {
@@ -118,6 +98,9 @@ struct Pool {
     writes: Vec<Vec<u8>>,
     read: Tally,
     write: Tally,
+    /// Read buffers in existence, held by connections or cached. Not kept for write
+    /// buffers: one may be freed by the io_uring backend after its last send, unseen here.
+    read_count: i64,
     budget: i64,
     gauge: Option<Arc<WorkerStats>>,
 }
@@ -129,6 +112,7 @@ impl Pool {
             writes: Vec::new(),
             read: Tally::ZERO,
             write: Tally::ZERO,
+            read_count: 0,
             budget: DEFAULT_BUDGET,
             gauge: None,
         }
@@ -150,9 +134,12 @@ impl Pool {
     fn publish(&self) {
         if let Some(stats) = &self.gauge {
             let g: &ConnGauges = &stats.conn;
-            self.read
-                .store(Some(&g.read_buffers), &g.read_bytes, &g.read_free_bytes);
-            self.write.store(None, &g.write_bytes, &g.write_free_bytes);
+            let level = |gauge: &AtomicU64, v: i64| gauge.store(v.max(0) as u64, Ordering::Relaxed);
+            level(&g.read_buffers, self.read_count);
+            level(&g.read_bytes, self.read.bytes);
+            level(&g.read_free_bytes, self.read.free);
+            level(&g.write_bytes, self.write.bytes);
+            level(&g.write_free_bytes, self.write.free);
         }
     }
 }
@@ -206,7 +193,7 @@ pub(super) fn take_read() -> Vec<u8> {
             p.retighten();
             return buf;
         }
-        p.read.count += 1;
+        p.read_count += 1;
         p.read.bytes += CHUNK as i64;
         p.retighten();
         vec![0; CHUNK]
@@ -234,7 +221,7 @@ pub(super) fn take_write() -> Vec<u8> {
 pub(super) fn remnant(bytes: &[u8]) -> Vec<u8> {
     let buf = bytes.to_vec();
     with_pool(|p| {
-        p.read.count += 1;
+        p.read_count += 1;
         p.read.bytes += buf.capacity() as i64;
         p.retighten();
     });
@@ -252,7 +239,7 @@ pub(super) fn give_read(buf: Vec<u8>) {
             p.read.free += cap;
             p.reads.push(buf);
         } else {
-            p.read.count -= 1;
+            p.read_count -= 1;
             p.read.bytes -= cap;
         }
         p.retighten();

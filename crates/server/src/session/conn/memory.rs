@@ -10,31 +10,30 @@ impl Conn {
     #[cold]
     #[inline(never)]
     pub(super) fn make_read_room(&mut self) {
-        {
-            if self.rbuf.len() < READ_CHUNK_BYTES {
-                // None, or the remnant of half a request kept while idle.
-                self.take_buffers();
-                return;
-            }
-            if self.rpos > 0 {
-                self.rbuf.copy_within(self.rpos..self.rlen, 0);
-                self.rlen -= self.rpos;
-                self.rpos = 0;
-            }
-            if self.rbuf.len() - self.rlen < READ_CHUNK_BYTES {
-                // Double, but never past what the read limit can use.
-                let cap = self.read_limit() + READ_CHUNK_BYTES;
-                let grow = self.rbuf.len().max(READ_CHUNK_BYTES);
-                let new_len = (self.rbuf.len() + grow).min(cap.max(self.rlen + READ_CHUNK_BYTES));
-                self.rbuf.resize(new_len, 0);
-            }
+        if self.rbuf.len() < READ_CHUNK_BYTES {
+            // None, or the remnant of half a request kept while idle.
+            self.take_buffers();
+            return;
+        }
+        if self.rpos > 0 {
+            self.rbuf.copy_within(self.rpos..self.rlen, 0);
+            self.rlen -= self.rpos;
+            self.rpos = 0;
+        }
+        if self.rbuf.len() - self.rlen < READ_CHUNK_BYTES {
+            // Double, but never past what the read limit can use.
+            let cap = self.read_limit() + READ_CHUNK_BYTES;
+            let grow = self.rbuf.len().max(READ_CHUNK_BYTES);
+            let new_len = (self.rbuf.len() + grow).min(cap.max(self.rlen + READ_CHUNK_BYTES));
+            self.rbuf.resize(new_len, 0);
         }
     }
 
     /// Call at the end of every turn: counts what the buffers grew to (`buffers.rs`),
     /// and if the connection holds nothing, gives them back when the worker holds more
-    /// than its budget or they grew past the size kept (a big value). The check is inlined at the call: it runs on every turn and
-    /// nearly always finds nothing, so a call would cost more than the check.
+    /// than its budget or they grew past the size kept (a big value). The check is
+    /// inlined at the call: it runs on every turn and nearly always finds nothing, so a
+    /// call would cost more than the check.
     #[inline(always)]
     pub fn shrink_idle(&mut self) {
         if self.rbuf.capacity() != self.acc_read

@@ -117,8 +117,8 @@ pub struct Conn {
     fd: i32,
     /// Buffer bytes this connection is counted for in its worker's totals
     /// (`buffers.rs`): its read buffer's capacity, and its write buffer's with the
-    /// io_uring send buffer's, as last seen at the end of a turn that emptied it, or
-    /// when taken.
+    /// io_uring send buffer's, as last seen at the end of a turn, or when taken or
+    /// given back.
     acc_read: usize,
     acc_write: usize,
 }
