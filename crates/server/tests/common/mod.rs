@@ -284,6 +284,11 @@ impl ServerProcess {
         }
     }
 
+    /// Opens a TLS connection with `config`.
+    pub fn connect_with(&self, config: std::sync::Arc<rustls::ClientConfig>) -> Client {
+        Client::connect_tls(self.port, config)
+    }
+
     /// A one-line description for failure messages.
     pub fn describe(&self) -> String {
         format!(
