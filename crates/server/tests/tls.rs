@@ -337,3 +337,19 @@ fn tempdir(tag: &str) -> String {
     fs::create_dir_all(&dir).unwrap();
     dir.to_string_lossy().into_owned()
 }
+
+/// Open TLS sessions count in the connections' memory (`conn_state_bytes`), which is
+/// what connections charge to `-m`.
+#[test]
+fn tls_sessions_count_in_connection_memory() {
+    let server = start(ServerKind::Ferrocache, "", &[]);
+    let mut c = server.connect();
+    let before = c.stat("conn_state_bytes");
+    let open: Vec<Client> = (0..32).map(|_| server.connect()).collect();
+    let after = c.stat("conn_state_bytes");
+    assert!(
+        after >= before + 32 * 8192,
+        "32 TLS sessions: conn_state_bytes {before} -> {after}"
+    );
+    drop(open);
+}

@@ -250,7 +250,7 @@ impl Worker {
             }
             let now = self.shared.clock.now();
             let tls = match (&self.shared.tls, self.listeners[listener].is_tls()) {
-                (Some(t), true) => match TlsConn::new(t.config(), now) {
+                (Some(t), true) => match TlsConn::new(t, now) {
                     Ok(session) => Some(session),
                     Err(_) => {
                         let _ = self.poll.registry().deregister(&mut stream);

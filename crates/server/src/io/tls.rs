@@ -11,11 +11,10 @@
 
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
-use rustls::{ServerConfig, ServerConnection};
+use rustls::ServerConnection;
 
-use crate::admin::tls::Tls;
+use crate::admin::tls::{Sessions, Tls};
 use crate::session::Conn;
 
 /// Seconds a connection may take to finish its handshake; one that takes longer
@@ -55,18 +54,21 @@ pub(crate) struct TlsConn {
     fresh: bool,
     /// The peer sent close_notify (its clean end of stream).
     closed: bool,
+    /// Counts this session in the connections' memory while it lives.
+    _open: Sessions,
 }
 
 impl TlsConn {
     /// A session for a connection just accepted on a TLS listener.
-    pub(crate) fn new(config: Arc<ServerConfig>, now: u32) -> io::Result<Box<TlsConn>> {
-        let mut session = ServerConnection::new(config).map_err(io::Error::other)?;
+    pub(crate) fn new(tls: &Tls, now: u32) -> io::Result<Box<TlsConn>> {
+        let mut session = ServerConnection::new(tls.config()).map_err(io::Error::other)?;
         session.set_buffer_limit(Some(SENDABLE_LIMIT));
         Ok(Box::new(TlsConn {
             session,
             since: now,
             fresh: true,
             closed: false,
+            _open: tls.opened(),
         }))
     }
 

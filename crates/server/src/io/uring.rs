@@ -497,7 +497,7 @@ impl UringWorker {
             });
             let now = self.shared.clock.now();
             let tls = match (&self.shared.tls, self.listeners.get(listener)) {
-                (Some(t), Some(l)) if l.is_tls() => match TlsConn::new(t.config(), now) {
+                (Some(t), Some(l)) if l.is_tls() => match TlsConn::new(t, now) {
                     Ok(session) => Some(session),
                     Err(_) => {
                         self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);

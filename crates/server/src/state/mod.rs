@@ -98,11 +98,12 @@ impl Shared {
     }
 
     /// The memory of every connection: the workers' buffers and slot tables, and the
-    /// `stats conns` entries (in `state_bytes`).
+    /// `stats conns` entries and TLS sessions (in `state_bytes`).
     #[must_use]
     pub fn conn_memory(&self) -> crate::stats::ConnMemory {
         let mut m = self.stats.conn_memory();
         m.state_bytes += self.conns.bytes() as u64;
+        m.state_bytes += self.tls.as_ref().map_or(0, Tls::session_bytes);
         m
     }
 
