@@ -353,3 +353,31 @@ fn tls_sessions_count_in_connection_memory() {
     );
     drop(open);
 }
+
+/// `ssl_session_cache`: a client that comes back resumes its session, and
+/// `ssl_new_sessions` counts the sessions stored; without it, nothing is resumed.
+#[test]
+fn session_cache_resumes() {
+    for cache in [true, false] {
+        let server = start(
+            ServerKind::Ferrocache,
+            if cache { "ssl_session_cache" } else { "" },
+            &[],
+        );
+        // One client configuration, so its session store carries over.
+        let config = client_config(None);
+        let mut first = server.connect_with(config.clone());
+        first.assert_answers("first");
+        let mut second = server.connect_with(config);
+        second.assert_answers("second");
+        let kind = second.tls().and_then(|t| t.handshake_kind());
+        let resumed = kind == Some(rustls::HandshakeKind::Resumed);
+        assert_eq!(resumed, cache, "session cache {cache}: {kind:?}");
+        let stats = second.stats("");
+        if cache {
+            assert!(stats["ssl_new_sessions"].parse::<u64>().unwrap() >= 1);
+        } else {
+            assert!(!stats.contains_key("ssl_new_sessions"));
+        }
+    }
+}
