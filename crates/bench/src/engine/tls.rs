@@ -178,6 +178,18 @@ impl Blocking {
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         self.socket().set_read_timeout(t)
     }
+
+    /// What the handshake agreed, e.g. `TLSv1_3 TLS13_AES_256_GCM_SHA384` (None: plain).
+    pub fn negotiated(&self) -> Option<String> {
+        let Blocking::Tls(t) = self else {
+            return None;
+        };
+        Some(format!(
+            "{:?} {:?}",
+            t.conn.protocol_version()?,
+            t.conn.negotiated_cipher_suite()?.suite()
+        ))
+    }
 }
 
 impl Read for Blocking {
