@@ -37,6 +37,7 @@
 
 mod load;
 mod memory;
+mod output;
 mod plot;
 pub mod procs;
 pub mod procstat;
@@ -60,6 +61,7 @@ use crate::cli::{self, parse_duration, PRESETS};
 use crate::fdlimit;
 use crate::rng::Rng;
 use crate::workload::SizeDist;
+use output::{print_headline, write_report};
 use servers::{Binaries, Kind, Server};
 use sweep::{Step, SWEEP_PRESET};
 use table::{FillRow, Machine, PresetRuns, Report, SloRuns, ZipfRow};
@@ -305,77 +307,6 @@ fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     write_report(args, &report)?;
     print_headline(&report);
     Ok(ExitCode::SUCCESS)
-}
-
-/// Writes the markdown to `--out`, keeping its hand-written notes. A report
-/// of the sweep or the TLS comparison alone replaces just their sections.
-fn write_report(args: &CompareArgs, report: &Report) -> anyhow::Result<()> {
-    if args.out == Path::new("-") {
-        return Ok(());
-    }
-    let existing = std::fs::read_to_string(&args.out).unwrap_or_default();
-    let (date, command, machine) = (&report.date, &report.command, &report.machine);
-    let own_sections = |doc: &str| {
-        let mut doc = doc.to_string();
-        if let Some(s) = &report.sweep {
-            doc = sweep_table::splice(&doc, &sweep_table::section(s, date, command, machine));
-        }
-        if let Some(t) = &report.tls {
-            let section = tls_table::section(t, date, command, machine);
-            doc = sweep_table::splice_between(
-                &doc,
-                tls_table::TLS_BEGIN,
-                tls_table::TLS_END,
-                &section,
-            );
-        }
-        doc
-    };
-    let doc = if report.has_main_sections() {
-        table::render(report, &own_sections(table::kept_notes(&existing)))
-    } else {
-        own_sections(&existing)
-    };
-    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&args.out, doc).with_context(|| format!("writing {}", args.out.display()))?;
-    eprintln!("ferrobench compare: wrote {}", args.out.display());
-    Ok(())
-}
-
-fn print_headline(report: &Report) {
-    println!(
-        "\nferrocache vs memcached ({}; {}, {} cores)\n{}\n",
-        report.date, report.machine.cpu_model, report.machine.cores, report.command
-    );
-    print!("{}", table::headline(report));
-    for g in table::gaps(report) {
-        println!("- {g}");
-    }
-    if let Some(s) = &report.sweep {
-        println!("\nConnection sweep, {} (medians)\n", s.workload);
-        print!(
-            "{}\n{}",
-            sweep_table::tables(s),
-            sweep_table::target_lines(s)
-        );
-        let contended = sweep_table::contended(s);
-        for w in s.skipped.iter().chain(&s.warnings).chain(&contended) {
-            println!("warning: {w}");
-        }
-    }
-    if let Some(t) = &report.tls {
-        println!("\nTLS, {} (medians)\n", t.preset);
-        print!("{}\n{}", tls_table::table(t), tls_table::target_lines(t));
-        for w in &t.warnings {
-            println!("warning: {w}");
-        }
-    }
-    for w in &report.warnings {
-        println!("warning: {w}");
-    }
-    println!("({:.0} s)", report.elapsed_secs);
 }
 
 impl Plan {
@@ -855,43 +786,5 @@ mod tests {
         assert_eq!(p.presets, ["legup-p16"]);
         assert!(p.sweep.is_some() && !p.own_sections_only());
         assert!(CompareArgs::try_parse_from(["compare", "--connections-sweep", "5:0"]).is_err());
-    }
-
-    #[test]
-    fn a_sweep_only_report_rewrites_only_its_section() {
-        let dir = std::env::temp_dir().join(format!("compare-sweep-doc-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("benchmarks.md");
-        let doc = format!(
-            "# Benchmarks\n\nfigures\n\n{}\n## Mine\n\n## Notes\n\nhow\n",
-            table::NOTES_MARKER
-        );
-        std::fs::write(&out, &doc).unwrap();
-        let args = CompareArgs::parse_from(["compare", "--out", out.to_str().unwrap()]);
-        let report = Report {
-            date: "2026-11-27".into(),
-            sweep: Some(sweep::SweepRuns {
-                workload: "legup-p16".into(),
-                ..sweep::SweepRuns::default()
-            }),
-            ..Report::default()
-        };
-        write_report(&args, &report).unwrap();
-        let first = std::fs::read_to_string(&out).unwrap();
-        assert!(
-            first.starts_with(&doc[..doc.find("## Notes").unwrap()]),
-            "{first}"
-        );
-        assert!(
-            first.ends_with("<!-- connection sweep: end -->\n\n## Notes\n\nhow\n"),
-            "{first}"
-        );
-        write_report(&args, &report).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(&out).unwrap(),
-            first,
-            "a rerun replaces it in place"
-        );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

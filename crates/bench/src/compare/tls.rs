@@ -206,6 +206,7 @@ pub fn run(bins: &Binaries, how: &RunSettings) -> anyhow::Result<TlsRuns> {
     for (v, s) in &servers {
         load::preload(&how.preset, s).with_context(|| format!("preloading {}", v.name()))?;
     }
+    let load_before = super::sweep::load_average();
     let mut out = TlsRuns {
         preset: how.preset.clone(),
         settings: settings(bins, how, &negotiated),
@@ -260,6 +261,14 @@ pub fn run(bins: &Binaries, how: &RunSettings) -> anyhow::Result<TlsRuns> {
         s.stop();
     }
     drop(pki);
+    // On a shared machine other work competes for both pinned CPUs; the
+    // load average says how much (this run's own processes add about 2).
+    let load = |l: Option<f64>| l.map_or("unknown".into(), |l| format!("{l:.2}"));
+    out.settings.push(format!(
+        "**Load average (1 min):** {} before the first measured run, {} after the last",
+        load(load_before),
+        load(super::sweep::load_average())
+    ));
     out.elapsed_secs = started.elapsed().as_secs_f64();
     Ok(out)
 }
