@@ -327,7 +327,17 @@ impl Server {
 /// with earlier `noreply` requests, the reply also proves the server has
 /// executed them all (one connection's requests run in order).
 pub fn stats_on(s: &mut impl ReadWrite) -> anyhow::Result<BTreeMap<String, String>> {
-    s.write_all(b"stats\r\n")?;
+    stats_of(s, "")
+}
+
+/// `stats GROUP` (`stats` itself for an empty group), read up to `END`.
+pub fn stats_of(s: &mut impl ReadWrite, group: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let cmd = if group.is_empty() {
+        "stats\r\n".to_string()
+    } else {
+        format!("stats {group}\r\n")
+    };
+    s.write_all(cmd.as_bytes())?;
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
     while !buf.ends_with(b"END\r\n") {

@@ -24,7 +24,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use super::load::{self, RunFigures};
-use super::servers::{Binaries, Kind, Server, ServerTls, CONN_LIMIT};
+use super::servers::{stats_of, Binaries, Kind, Server, ServerTls, CONN_LIMIT};
 use super::summary::Summary;
 use crate::engine::tls::{Blocking, TlsClient, TlsOptions};
 
@@ -187,20 +187,7 @@ pub fn run(bins: &Binaries, how: &RunSettings) -> anyhow::Result<TlsRuns> {
             server.pid(),
             server.addr
         );
-        if v.tls {
-            let probe = Blocking::connect(
-                Some(&tls.client),
-                "127.0.0.1",
-                &server.addr,
-                Duration::from_secs(3),
-            )
-            .with_context(|| format!("a TLS session with {}", v.name()))?;
-            negotiated.push(format!(
-                "{}: {}",
-                v.name(),
-                probe.negotiated().unwrap_or_else(|| "unknown".into())
-            ));
-        }
+        negotiated.push(probe(&server, v, &tls.client)?);
         servers.push((v, server));
     }
     for (v, s) in &servers {
@@ -273,6 +260,23 @@ pub fn run(bins: &Binaries, how: &RunSettings) -> anyhow::Result<TlsRuns> {
     Ok(out)
 }
 
+/// What the server runs: the TLS version and cipher suite it agreed to, and
+/// ferrocache's I/O backend (`stats settings`), e.g.
+/// `ferrocache -Z: TLSv1_3 TLS13_AES_256_GCM_SHA384, io_backend uring`.
+fn probe(server: &Server, v: Variant, client: &TlsClient) -> anyhow::Result<String> {
+    let client = v.tls.then_some(client);
+    let mut conn = Blocking::connect(client, "127.0.0.1", &server.addr, Duration::from_secs(3))
+        .with_context(|| format!("connecting to {}", v.name()))?;
+    conn.set_read_timeout(Some(Duration::from_secs(3)))?;
+    let settings = stats_of(&mut conn, "settings")
+        .with_context(|| format!("stats settings on {}", v.name()))?;
+    let mut what: Vec<String> = conn.negotiated().into_iter().collect();
+    if let Some(backend) = settings.get("io_backend") {
+        what.push(format!("io_backend {backend}"));
+    }
+    Ok(format!("{}: {}", v.name(), what.join(", ")))
+}
+
 fn settings(bins: &Binaries, how: &RunSettings, negotiated: &[String]) -> Vec<String> {
     vec![
         format!(
@@ -288,7 +292,7 @@ fn settings(bins: &Binaries, how: &RunSettings, negotiated: &[String]) -> Vec<St
             how.duration.as_secs_f64()
         ),
         format!(
-            "**TLS client:** ferrobench's rustls 0.23 (ring), checking the certificate (`--tls-ca`), no session resumption; every handshake happens while connecting, before the window; negotiated: {}",
+            "**TLS client:** ferrobench's rustls 0.23 (ring), checking the certificate (`--tls-ca`), no session resumption; every handshake happens while connecting, before the window. Agreed, and ferrocache's backend: {}",
             if negotiated.is_empty() {
                 "unknown".into()
             } else {
