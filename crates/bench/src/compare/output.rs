@@ -70,7 +70,7 @@ pub fn print_headline(report: &Report) {
     if let Some(t) = &report.tls {
         println!("\nTLS, {} (medians)\n", t.preset);
         print!("{}\n{}", tls_table::table(t), tls_table::target_lines(t));
-        for w in &t.warnings {
+        for w in t.warnings.iter().chain(&tls_table::contended(t)) {
             println!("warning: {w}");
         }
     }

@@ -32,8 +32,8 @@ fn median(s: Option<Summary>) -> Option<f64> {
 /// One row per server: medians (min–max) and the CPU ratios the targets use.
 pub fn table(t: &TlsRuns) -> String {
     let mut out = String::from(
-        "| server | runs | server CPU µs/request | ÷ memcached -Z | ÷ ferrocache plain | ops/s | p50 µs | p99 µs | p99.9 µs | errors + timeouts |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| server | runs | server CPU µs/request | ÷ memcached -Z | ÷ ferrocache plain | ops/s | p50 µs | p99 µs | p99.9 µs | errors + timeouts | other processes' CPU |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let (mc, plain) = (median(cpu(t, MC_TLS)), median(cpu(t, FC_PLAIN)));
     for (v, runs) in &t.runs {
@@ -42,7 +42,7 @@ pub fn table(t: &TlsRuns) -> String {
         let vs = |base: Option<f64>| fmt_ratio(mine.zip(base).and_then(|(a, b)| ratio(a, b)));
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             v.name(),
             runs.len(),
             fmt_summary(s(RunFigures::cpu_per_mop), fmt_num),
@@ -53,9 +53,41 @@ pub fn table(t: &TlsRuns) -> String {
             fmt_summary(s(|f| f.p99_us), fmt_num),
             fmt_summary(s(|f| f.p999_us), fmt_num),
             runs.iter().map(|f| f.errors + f.timeouts).sum::<u64>(),
+            fmt_summary(t.summary(*v, others_busy), |v| format!(
+                "{:.0} %",
+                v * 100.0
+            )),
         );
     }
     out
+}
+
+/// Other processes' CPU over a run's measured window, in CPUs.
+fn others_busy(f: &RunFigures) -> f64 {
+    f.other_cpu_secs / f.elapsed_secs.max(1e-9)
+}
+
+/// Other processes' CPU (median over a row's runs, in CPUs) above which the
+/// row counts as contended, as in the connection sweep.
+const CONTENDED_CPUS: f64 = 0.25;
+
+/// The rows where other processes competed for the two CPUs, in words.
+pub fn contended(t: &TlsRuns) -> Vec<String> {
+    t.runs
+        .iter()
+        .filter_map(|(v, _)| {
+            let busy = median(t.summary(*v, others_busy))?;
+            (busy > CONTENDED_CPUS).then(|| {
+                format!(
+                    "{}: other processes used {:.0} % of a CPU during the measured runs (median), \
+                     so throughput and latency are not the servers' and ferrobench's alone; \
+                     CPU per request holds up better",
+                    v.name(),
+                    busy * 100.0
+                )
+            })
+        })
+        .collect()
 }
 
 /// The two targets, judged on medians of server CPU per request.
@@ -143,9 +175,10 @@ pub fn section(t: &TlsRuns, date: &str, command: &str, m: &Machine) -> String {
     out.push_str(&table(t));
     out.push_str("\n### Targets\n\n");
     out.push_str(&target_lines(t));
-    if !t.warnings.is_empty() {
+    let contended = contended(t);
+    if !t.warnings.is_empty() || !contended.is_empty() {
         out.push_str("\n### Warnings from this run\n\n");
-        for w in &t.warnings {
+        for w in t.warnings.iter().chain(&contended) {
             let _ = writeln!(out, "- {w}");
         }
     }
@@ -241,6 +274,7 @@ mod tests {
         );
         assert_eq!(&row("memcached -Z")[4..6], ["1.00×", "2.00×"]);
         assert_eq!(row("ferrocache plain")[6], "50.0k (45.0k–55.0k)");
+        assert_eq!(row("ferrocache plain")[11], "0 %");
         let widths: Vec<usize> = t.lines().map(|l| l.matches('|').count()).collect();
         assert!(widths.iter().all(|&w| w == widths[0]), "{t}");
         assert_eq!(t.lines().count(), 2 + 3);
@@ -249,6 +283,22 @@ mod tests {
             tls: false,
         };
         assert_eq!(v.name(), "memcached plain");
+    }
+
+    #[test]
+    fn contended_rows_are_named() {
+        let mut t = runs(10.0, 7.0, 5.0);
+        assert!(contended(&t).is_empty());
+        for f in t.runs[1].1.iter_mut() {
+            f.other_cpu_secs = 3.0; // 60 % of a CPU over the 5 s window
+        }
+        let c = contended(&t);
+        assert_eq!(c.len(), 1);
+        assert!(
+            c[0].starts_with("ferrocache -Z: other processes used 60 % of a CPU"),
+            "{c:?}"
+        );
+        assert!(section(&t, "d", "c", &Machine::default()).contains(&c[0]));
     }
 
     #[test]
