@@ -159,6 +159,7 @@ fn a_tls_run_against_memcached_is_clean_and_verified() {
             "--verify",
         ]);
         assert_clean(&report, preset);
+        assert_eq!(report["config"]["tls"], true);
         assert_eq!(report["verify_failures"], 0, "{preset}\n{report:#}");
     }
     // Without a CA any certificate goes; with the request count exact.
