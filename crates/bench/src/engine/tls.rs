@@ -317,8 +317,11 @@ impl TlsStream {
     /// false once the server has sent its close_notify.
     fn decrypt(&mut self, mut ciphertext: &[u8], rx: &mut ReplyBuffer) -> io::Result<bool> {
         while !ciphertext.is_empty() {
-            // Takes up to 4 KiB of the slice per call.
-            self.conn.read_tls(&mut ciphertext)?;
+            // Takes up to 4 KiB of the slice per call; none once the
+            // server's close_notify is in.
+            if self.conn.read_tls(&mut ciphertext)? == 0 {
+                return Ok(false);
+            }
             let state = self
                 .conn
                 .process_new_packets()
