@@ -651,6 +651,37 @@ mod tests {
     }
 
     #[test]
+    fn the_servers_close_notify_reads_as_closed() {
+        let pki = Pki::new("close");
+        let config = pki.server_config(None);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (sock, _) = listener.accept().unwrap();
+            let conn = rustls::ServerConnection::new(config).unwrap();
+            let mut s = rustls::StreamOwned::new(conn, sock);
+            s.write_all(b"END\r\n").unwrap();
+            s.conn.send_close_notify();
+            s.flush().unwrap();
+            s.sock
+        });
+        let client = TlsClient::new(&TlsOptions::default()).unwrap();
+        let mut s = connect(&client, &addr, "127.0.0.1").unwrap();
+        let _held = server.join().unwrap();
+        let (mut rx, mut scratch) = (ReplyBuffer::with_capacity(64), vec![0u8; 1024]);
+        let mut open = true;
+        for _ in 0..1000 {
+            open = s.read_into(&mut scratch, &mut rx).unwrap();
+            if !open {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!open, "close_notify reads as closed");
+        assert_eq!(rx.bytes(), b"END\r\n", "what came before it is kept");
+    }
+
+    #[test]
     fn a_plain_server_fails_the_handshake_in_bounded_time() {
         // Accepts and says nothing: the handshake times out.
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
