@@ -13,6 +13,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 
 use crate::config::{Config, Load, Protocol, Server, Transport};
+use crate::engine::tls::{TlsClient, TlsOptions};
 use crate::schedule::Arrival;
 use crate::verify::MIN_VERIFIED_VALUE_BYTES;
 use crate::workload::{KeyDist, SetMode, SizeDist, Workload};
@@ -58,6 +59,42 @@ pub struct Args {
     /// Never show the live progress line.
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// TLS to the servers (memcached's `-Z`).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct TlsArgs {
+    /// Speak TLS on every connection; the handshakes happen while connecting, outside the
+    /// measured window.
+    #[arg(long)]
+    pub tls: bool,
+    /// Trust server certificates from this CA (PEM) only, and check that they name the
+    /// --server host. Without it any server certificate is accepted: a benchmark-only choice.
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate chain (PEM) for mutual TLS; needs --tls-key.
+    #[arg(long, value_name = "FILE", requires_all = ["tls", "tls_key"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM); needs --tls-cert.
+    #[arg(long, value_name = "FILE", requires_all = ["tls", "tls_cert"])]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The client configuration, when `--tls` is on.
+    pub fn client(&self) -> anyhow::Result<Option<TlsClient>> {
+        if !self.tls {
+            return Ok(None);
+        }
+        let opts = TlsOptions {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+        };
+        Ok(Some(TlsClient::new(&opts)?))
+    }
 }
 
 /// The workload flags; presets set the same fields.
@@ -394,13 +431,14 @@ pub fn resolve(args: &Args) -> anyhow::Result<(Config, Mode)> {
         (None, Some(_)) => Duration::ZERO,
         (None, None) => Duration::from_secs(10),
     };
+    let udp = k.udp.unwrap_or(false);
+    if udp && args.tls.tls {
+        bail!("--tls and --udp exclude each other (memcached serves TLS on TCP only)");
+    }
     let cfg = Config {
         servers,
-        transport: if k.udp.unwrap_or(false) {
-            Transport::Udp
-        } else {
-            Transport::Tcp
-        },
+        transport: if udp { Transport::Udp } else { Transport::Tcp },
+        tls: args.tls.client()?,
         protocol: k.protocol.unwrap_or(Protocol::Text),
         connections,
         threads: k.threads.unwrap_or(1),

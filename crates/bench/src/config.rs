@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::Duration;
 
+use crate::engine::tls::TlsClient;
 use crate::schedule::Arrival;
 use crate::workload::Workload;
 
@@ -51,6 +52,8 @@ pub enum Load {
 pub struct Config {
     pub servers: Vec<Server>,
     pub transport: Transport,
+    /// `--tls`: every TCP connection (preload included) speaks TLS.
+    pub tls: Option<TlsClient>,
     pub protocol: Protocol,
     /// Client sessions; each holds one connection to every server.
     pub connections: usize,

@@ -134,6 +134,8 @@ struct ConfigReport<'a> {
     preset: Option<&'a str>,
     servers: Vec<&'a str>,
     transport: crate::config::Transport,
+    /// `--tls`: every TCP connection speaks TLS.
+    tls: bool,
     protocol: crate::config::Protocol,
     connections: usize,
     threads: usize,
@@ -198,6 +200,7 @@ pub fn json(
         preset,
         servers: cfg.servers.iter().map(|s| s.name.as_str()).collect(),
         transport: cfg.transport,
+        tls: cfg.tls.is_some(),
         protocol: cfg.protocol,
         connections: cfg.connections,
         threads: cfg.threads,

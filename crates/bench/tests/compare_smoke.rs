@@ -283,3 +283,124 @@ fn sigterm_stops_every_server() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--tls` alone, with memcached standing in for ferrocache (so the harness
+/// is tested whatever ferrocache's own TLS can do): three rows measured, its
+/// section spliced into an existing report, the servers and the throwaway
+/// certificate gone.
+#[test]
+fn tls_run_writes_its_section_with_three_rows() {
+    require_memcached();
+    let dir = temp_dir("tls");
+    let (md, json) = (dir.join("benchmarks.md"), dir.join("tls.json"));
+    let before = "# Benchmarks\n\nkept as it is\n\n## Notes\n\nhow to run\n";
+    std::fs::write(&md, before).unwrap();
+    let child = Command::new(FERROBENCH)
+        .arg("compare")
+        .args(["--tls", "--duration", "0.3", "--reps", "1"])
+        .args(["--ferrocache", MEMCACHED, "--plots", "-"])
+        .arg("--out")
+        .arg(&md)
+        .arg("--json")
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "compare --tls failed: {stderr}");
+    assert!(
+        !stderr.contains("[memory]") && !stderr.contains("[solarflare-get "),
+        "a TLS-only run runs nothing else: {stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("| ferrocache -Z | 1 |"), "{stdout}");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = report["tls"]["runs"].as_array().unwrap();
+    let rows: Vec<(String, bool)> = runs
+        .iter()
+        .map(|r| {
+            let v = &r[0];
+            (
+                v["kind"].as_str().unwrap().to_string(),
+                v["tls"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("memcached".to_string(), true),
+            ("ferrocache".to_string(), true),
+            ("ferrocache".to_string(), false)
+        ]
+    );
+    for run in runs {
+        let figures = &run[1][0];
+        assert!(figures["ops"].as_u64().unwrap() > 0, "{run}");
+        assert!(figures["server_cpu_secs"].as_f64().unwrap() > 0.0, "{run}");
+        assert_eq!(figures["errors"].as_u64(), Some(0), "{run}");
+        assert_eq!(figures["hit_ratio"].as_f64(), Some(1.0), "{run}");
+    }
+    for p in report["server_pids"].as_array().unwrap() {
+        let p = p.as_u64().unwrap();
+        assert!(!alive(p), "server pid {p} still runs after compare ended");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("ferrobench-tls-{pid}-"))
+        })
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "the certificate stayed: {leftovers:?}"
+    );
+    let doc = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        doc.starts_with("# Benchmarks\n\nkept as it is\n\n<!-- TLS: generated"),
+        "{doc}"
+    );
+    assert!(
+        doc.ends_with("<!-- TLS: end -->\n\n## Notes\n\nhow to run\n"),
+        "{doc}"
+    );
+    assert!(doc.contains("## TLS: CPU per get against memcached -Z ("));
+    assert!(doc.contains("### Targets\n\n- **"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A "ferrocache" that refuses `-Z` stops the TLS run with an error naming
+/// it, and memcached -Z, already started, is stopped too.
+#[test]
+fn tls_run_names_a_server_without_tls() {
+    require_memcached();
+    let out = Command::new(FERROBENCH)
+        .arg("compare")
+        .args(["--tls", "--duration", "0.3", "--reps", "1"])
+        .args(["--ferrocache", "/bin/false", "--out", "-", "--plots", "-"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "ferrocache does not serve TLS with memcached's flags (`-Z -o ssl_chain_cert="
+        ),
+        "{stderr}"
+    );
+    // "ferrobench compare: started memcached -Z pid 123 on 127.0.0.1:4567"
+    let pid: u64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("ferrobench compare: started memcached -Z pid "))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .expect("memcached -Z started first");
+    assert!(!alive(pid), "memcached -Z pid {pid} still runs");
+}

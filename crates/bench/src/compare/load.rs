@@ -104,6 +104,14 @@ pub fn flags(preset: &str, server: &Server, extra: &[&str]) -> Vec<String> {
         "--server".into(),
         server.addr_string(),
     ];
+    if let Some(tls) = &server.tls {
+        // Its certificate is the CA: the client checks it, and that it names 127.0.0.1.
+        f.extend([
+            "--tls".into(),
+            "--tls-ca".into(),
+            tls.cert.display().to_string(),
+        ]);
+    }
     f.extend(extra.iter().map(|s| s.to_string()));
     f
 }

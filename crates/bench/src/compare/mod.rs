@@ -15,6 +15,8 @@
 //! - [`sweep`]: the connection sweep (LegUp's experiment, `--connections-sweep`
 //!   or `legup-sweep` in `--presets`): legup-p16 from 5 to 10 000 connections;
 //!   `sweep_table` renders it into a section of its own.
+//! - [`tls`]: `--tls`, server CPU per request over TLS: memcached -Z,
+//!   ferrocache -Z and ferrocache plain; `tls_table` renders its section.
 //!
 //! ```text
 //!   for each closed-loop preset:
@@ -28,12 +30,14 @@
 //!   render -> stdout (headline) + docs/benchmarks.md + docs/plots/*.svg
 //! ```
 //!
-//! A sweep-only run (`--presets legup-sweep`, or `--connections-sweep`
-//! without `--presets`) skips the memory section and rewrites only the
-//! sweep's own section of `--out`, leaving the rest of the document as it is.
+//! A sweep-only or TLS-only run (`--presets legup-sweep`, or
+//! `--connections-sweep` or `--tls` without `--presets`) skips the memory
+//! section and rewrites only its own section of `--out`, leaving the rest of
+//! the document as it is.
 
 mod load;
 mod memory;
+mod output;
 mod plot;
 pub mod procs;
 pub mod procstat;
@@ -42,6 +46,8 @@ pub mod summary;
 pub mod sweep;
 mod sweep_table;
 pub mod table;
+pub mod tls;
+mod tls_table;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -55,6 +61,7 @@ use crate::cli::{self, parse_duration, PRESETS};
 use crate::fdlimit;
 use crate::rng::Rng;
 use crate::workload::SizeDist;
+use output::{print_headline, write_report};
 use servers::{Binaries, Kind, Server};
 use sweep::{Step, SWEEP_PRESET};
 use table::{FillRow, Machine, PresetRuns, Report, SloRuns, ZipfRow};
@@ -83,6 +90,13 @@ pub struct CompareArgs {
     /// Without --presets, only the sweep runs.
     #[arg(long, value_delimiter = ',', value_parser = sweep::parse_step, value_name = "N[:P],...")]
     pub connections_sweep: Vec<Step>,
+    /// Server CPU per request over TLS: memcached -Z, ferrocache -Z and ferrocache over
+    /// plain TCP, interleaved, with a throwaway certificate. Without --presets, only this runs.
+    #[arg(long)]
+    pub tls: bool,
+    /// The workload of --tls.
+    #[arg(long, default_value = tls::DEFAULT_PRESET, value_name = "PRESET")]
+    pub tls_preset: String,
     /// Measured time of each closed-loop run [default: 5s, --quick 1s].
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -143,6 +157,8 @@ struct Plan {
     presets: Vec<String>,
     /// The connection sweep's steps, when it runs.
     sweep: Option<Vec<Step>>,
+    /// `--tls`: the TLS comparison runs.
+    tls: bool,
     duration: Duration,
     slo_duration: Duration,
     slo_steps: usize,
@@ -252,11 +268,21 @@ fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
             reps: plan.reps,
             duration: plan.duration,
             memory_mb: args.memory_mb,
-            pinning,
+            pinning: pinning.clone(),
         };
         report.sweep = Some(sweep::run_all(&bins, steps, &how, plots_dir.as_deref())?);
     }
-    if !args.no_memory && !plan.sweep_only() {
+    if plan.tls {
+        let how = tls::RunSettings {
+            preset: args.tls_preset.clone(),
+            reps: plan.reps,
+            duration: plan.duration,
+            memory_mb: args.memory_mb,
+            pinning,
+        };
+        report.tls = Some(tls::run(&bins, &how)?);
+    }
+    if !args.no_memory && !plan.own_sections_only() {
         run_memory(&bins, &plan, &mut report)?;
     }
     report.server_pids = procs::all_pids();
@@ -283,65 +309,11 @@ fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes the markdown to `--out`, keeping its hand-written notes. A
-/// sweep-only report replaces just the sweep's section.
-fn write_report(args: &CompareArgs, report: &Report) -> anyhow::Result<()> {
-    if args.out == Path::new("-") {
-        return Ok(());
-    }
-    let existing = std::fs::read_to_string(&args.out).unwrap_or_default();
-    let section = report
-        .sweep
-        .as_ref()
-        .map(|s| sweep_table::section(s, &report.date, &report.command, &report.machine));
-    let doc = match section {
-        Some(section) if !report.has_main_sections() => sweep_table::splice(&existing, &section),
-        Some(section) => table::render(
-            report,
-            &sweep_table::splice(table::kept_notes(&existing), &section),
-        ),
-        None => table::render(report, table::kept_notes(&existing)),
-    };
-    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&args.out, doc).with_context(|| format!("writing {}", args.out.display()))?;
-    eprintln!("ferrobench compare: wrote {}", args.out.display());
-    Ok(())
-}
-
-fn print_headline(report: &Report) {
-    println!(
-        "\nferrocache vs memcached ({}; {}, {} cores)\n{}\n",
-        report.date, report.machine.cpu_model, report.machine.cores, report.command
-    );
-    print!("{}", table::headline(report));
-    for g in table::gaps(report) {
-        println!("- {g}");
-    }
-    if let Some(s) = &report.sweep {
-        println!("\nConnection sweep, {} (medians)\n", s.workload);
-        print!(
-            "{}\n{}",
-            sweep_table::tables(s),
-            sweep_table::target_lines(s)
-        );
-        let contended = sweep_table::contended(s);
-        for w in s.skipped.iter().chain(&s.warnings).chain(&contended) {
-            println!("warning: {w}");
-        }
-    }
-    for w in &report.warnings {
-        println!("warning: {w}");
-    }
-    println!("({:.0} s)", report.elapsed_secs);
-}
-
 impl Plan {
-    /// Only the sweep was asked for: no memory section, and only the
-    /// sweep's section of the report is rewritten.
-    fn sweep_only(&self) -> bool {
-        self.presets.is_empty() && self.sweep.is_some()
+    /// Only the sweep or the TLS comparison was asked for: no memory
+    /// section, and only their sections of the report are rewritten.
+    fn own_sections_only(&self) -> bool {
+        self.presets.is_empty() && (self.sweep.is_some() || self.tls)
     }
 }
 
@@ -355,7 +327,7 @@ fn plan(args: &CompareArgs) -> anyhow::Result<Plan> {
             args.connections_sweep.clone()
         }
     });
-    let presets: Vec<String> = if args.presets.is_empty() && sweep.is_none() {
+    let presets: Vec<String> = if args.presets.is_empty() && sweep.is_none() && !args.tls {
         PRESETS.iter().map(|s| s.to_string()).collect()
     } else {
         args.presets
@@ -364,7 +336,7 @@ fn plan(args: &CompareArgs) -> anyhow::Result<Plan> {
             .cloned()
             .collect()
     };
-    for p in &presets {
+    for p in presets.iter().chain(args.tls.then_some(&args.tls_preset)) {
         cli::preset(p)?;
     }
     let reps = args.reps.unwrap_or(if q { 1 } else { 3 });
@@ -375,6 +347,7 @@ fn plan(args: &CompareArgs) -> anyhow::Result<Plan> {
         reps,
         presets,
         sweep,
+        tls: args.tls,
         duration: args
             .duration
             .unwrap_or(Duration::from_secs(if q { 1 } else { 5 })),
@@ -799,11 +772,11 @@ mod tests {
             ))
         };
         let p = plan_of(&["--presets", "legup-sweep", "--quick"]).unwrap();
-        assert!(p.presets.is_empty() && p.sweep_only());
+        assert!(p.presets.is_empty() && p.own_sections_only());
         assert_eq!(p.sweep.as_deref(), Some(&sweep::default_steps()[..]));
         assert_eq!(p.reps, 1);
         let p = plan_of(&["--connections-sweep", "5,10000:1"]).unwrap();
-        assert!(p.sweep_only());
+        assert!(p.own_sections_only());
         let steps = p.sweep.unwrap();
         assert_eq!(
             (steps[0].pipeline, steps[1].connections, steps[1].pipeline),
@@ -811,45 +784,7 @@ mod tests {
         );
         let p = plan_of(&["--presets", "legup-p16", "--connections-sweep", "5"]).unwrap();
         assert_eq!(p.presets, ["legup-p16"]);
-        assert!(p.sweep.is_some() && !p.sweep_only());
+        assert!(p.sweep.is_some() && !p.own_sections_only());
         assert!(CompareArgs::try_parse_from(["compare", "--connections-sweep", "5:0"]).is_err());
-    }
-
-    #[test]
-    fn a_sweep_only_report_rewrites_only_its_section() {
-        let dir = std::env::temp_dir().join(format!("compare-sweep-doc-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("benchmarks.md");
-        let doc = format!(
-            "# Benchmarks\n\nfigures\n\n{}\n## Mine\n\n## Notes\n\nhow\n",
-            table::NOTES_MARKER
-        );
-        std::fs::write(&out, &doc).unwrap();
-        let args = CompareArgs::parse_from(["compare", "--out", out.to_str().unwrap()]);
-        let report = Report {
-            date: "2026-11-27".into(),
-            sweep: Some(sweep::SweepRuns {
-                workload: "legup-p16".into(),
-                ..sweep::SweepRuns::default()
-            }),
-            ..Report::default()
-        };
-        write_report(&args, &report).unwrap();
-        let first = std::fs::read_to_string(&out).unwrap();
-        assert!(
-            first.starts_with(&doc[..doc.find("## Notes").unwrap()]),
-            "{first}"
-        );
-        assert!(
-            first.ends_with("<!-- connection sweep: end -->\n\n## Notes\n\nhow\n"),
-            "{first}"
-        );
-        write_report(&args, &report).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(&out).unwrap(),
-            first,
-            "a rerun replaces it in place"
-        );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

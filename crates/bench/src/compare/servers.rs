@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::procs::{pinned_command, Spawned};
 use super::procstat::{self, CpuTicks};
+use crate::engine::tls::{Blocking, TlsClient};
 
 /// How long a server may take to accept its first connection.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,12 +55,38 @@ pub struct Binaries {
     pub log_dir: PathBuf,
 }
 
+/// TLS for a server: memcached's `-Z -o ssl_chain_cert=...,ssl_key=...`.
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// How this harness talks to it (its own `stats` included).
+    pub client: TlsClient,
+}
+
+impl ServerTls {
+    /// The server flags.
+    fn args(&self) -> [String; 3] {
+        [
+            "-Z".into(),
+            "-o".into(),
+            format!(
+                "ssl_chain_cert={},ssl_key={}",
+                self.cert.display(),
+                self.key.display()
+            ),
+        ]
+    }
+}
+
 /// One running server.
 pub struct Server {
     pub kind: Kind,
     pub addr: SocketAddr,
     /// The exact command line, for the report.
     pub command: String,
+    /// Set when it serves TLS (`-Z`).
+    pub tls: Option<ServerTls>,
     proc: Spawned,
 }
 
@@ -90,9 +117,41 @@ impl Server {
         null_value_bytes: usize,
         conn_limit: u32,
     ) -> anyhow::Result<Server> {
+        Self::start_full(bins, kind, memory_mb, null_value_bytes, conn_limit, None)
+    }
+
+    /// [`Server::start`] serving TLS only (`-Z`), with `tls`'s certificate.
+    pub fn start_tls(
+        bins: &Binaries,
+        kind: Kind,
+        memory_mb: u64,
+        tls: &ServerTls,
+    ) -> anyhow::Result<Server> {
+        Self::start_full(bins, kind, memory_mb, 32, CONN_LIMIT, Some(tls)).map_err(|e| {
+            if kind == Kind::Memcached {
+                return e;
+            }
+            // Until the server has TLS, this is where a TLS comparison stops.
+            e.context(format!(
+                "{} does not serve TLS with memcached's flags (`{}`): it needs -Z support \
+                 before `ferrobench compare --tls` can measure it",
+                kind.name(),
+                tls.args().join(" ")
+            ))
+        })
+    }
+
+    fn start_full(
+        bins: &Binaries,
+        kind: Kind,
+        memory_mb: u64,
+        null_value_bytes: usize,
+        conn_limit: u32,
+        tls: Option<&ServerTls>,
+    ) -> anyhow::Result<Server> {
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
-            match Self::start_once(bins, kind, memory_mb, null_value_bytes, conn_limit)? {
+            match Self::start_once(bins, kind, memory_mb, null_value_bytes, conn_limit, tls)? {
                 Ok(server) => return Ok(server),
                 Err(problem) => last = Some(problem),
             }
@@ -111,6 +170,7 @@ impl Server {
         memory_mb: u64,
         null_value_bytes: usize,
         conn_limit: u32,
+        tls: Option<&ServerTls>,
     ) -> anyhow::Result<Result<Server, anyhow::Error>> {
         let port = free_port()?;
         let program: &Path = match kind {
@@ -147,6 +207,9 @@ impl Server {
                 null_value_bytes.to_string(),
             ]);
         }
+        if let Some(t) = tls {
+            args.extend(t.args());
+        }
         let mut cmd = pinned_command(bins.cpu, program);
         cmd.args(&args);
         let command = format!(
@@ -162,9 +225,14 @@ impl Server {
             kind,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             command,
+            tls: tls.cloned(),
             proc,
         };
-        Ok(server.wait_listening().map(|()| server))
+        // A server that is up but will not speak TLS is no lost race: fail now.
+        match server.wait_listening() {
+            Err(e) if tls.is_some() && server.proc.exited().is_none() => Err(e),
+            r => Ok(r.map(|()| server)),
+        }
     }
 
     /// Waits until the server answers `stats` with its own PID (taskset has
@@ -181,8 +249,23 @@ impl Server {
                     self.proc.log_tail(2000)
                 );
             }
-            if let Ok(mut conn) = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200))
-            {
+            if let Ok(conn) = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)) {
+                conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+                let mut conn = match &self.tls {
+                    None => Blocking::Plain(conn),
+                    Some(t) => Blocking::Tls(Box::new(
+                        t.client
+                            .blocking("127.0.0.1", conn, Duration::from_secs(2))
+                            .with_context(|| {
+                                format!(
+                                    "{} accepts connections on {} but no TLS session: {}",
+                                    self.kind.name(),
+                                    self.addr,
+                                    self.command
+                                )
+                            })?,
+                    )),
+                };
                 conn.set_read_timeout(Some(Duration::from_secs(2)))?;
                 let pid = stats_on(&mut conn).map(|s| stat_u64(&s, "pid"));
                 if matches!(pid, Ok(p) if p == u64::from(self.pid())) {
@@ -243,8 +326,18 @@ impl Server {
 /// Sends `stats` on `s` and reads the reply up to `END`. On a connection
 /// with earlier `noreply` requests, the reply also proves the server has
 /// executed them all (one connection's requests run in order).
-pub fn stats_on(s: &mut TcpStream) -> anyhow::Result<BTreeMap<String, String>> {
-    s.write_all(b"stats\r\n")?;
+pub fn stats_on(s: &mut impl ReadWrite) -> anyhow::Result<BTreeMap<String, String>> {
+    stats_of(s, "")
+}
+
+/// `stats GROUP` (`stats` itself for an empty group), read up to `END`.
+pub fn stats_of(s: &mut impl ReadWrite, group: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let cmd = if group.is_empty() {
+        "stats\r\n".to_string()
+    } else {
+        format!("stats {group}\r\n")
+    };
+    s.write_all(cmd.as_bytes())?;
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
     while !buf.ends_with(b"END\r\n") {
@@ -259,6 +352,10 @@ pub fn stats_on(s: &mut TcpStream) -> anyhow::Result<BTreeMap<String, String>> {
     }
     parse_stats(&String::from_utf8_lossy(&buf))
 }
+
+/// A connection `stats` can be asked on: plain or TLS.
+pub trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
 
 /// `STAT name value` lines up to `END`.
 pub fn parse_stats(text: &str) -> anyhow::Result<BTreeMap<String, String>> {

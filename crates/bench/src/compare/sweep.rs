@@ -531,7 +531,7 @@ impl Drop for ConnCounter {
 }
 
 /// The 1-minute load average.
-fn load_average() -> Option<f64> {
+pub fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
         .split_whitespace()

@@ -119,7 +119,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    fn word(self) -> &'static str {
+    pub fn word(self) -> &'static str {
         match self {
             Verdict::Met => "met",
             Verdict::Missed => "missed",
@@ -435,8 +435,14 @@ pub fn section(s: &SweepRuns, date: &str, command: &str, m: &Machine) -> String 
 /// `doc` with its sweep section replaced by `section`; a document without
 /// one gets it before its "## Notes", else at the end.
 pub fn splice(doc: &str, section: &str) -> String {
-    if let Some((before, rest)) = doc.split_once(SWEEP_BEGIN) {
-        if let Some((_, after)) = rest.split_once(SWEEP_END) {
+    splice_between(doc, SWEEP_BEGIN, SWEEP_END, section)
+}
+
+/// `doc` with the section between `begin` and `end` replaced by `section`
+/// (which carries the markers); without one, before "## Notes", else at the end.
+pub fn splice_between(doc: &str, begin: &str, end: &str, section: &str) -> String {
+    if let Some((before, rest)) = doc.split_once(begin) {
+        if let Some((_, after)) = rest.split_once(end) {
             let after = after.strip_prefix('\n').unwrap_or(after);
             return format!("{before}{section}{after}");
         }

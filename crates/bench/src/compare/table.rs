@@ -14,6 +14,7 @@ use super::memory::{Fill, ZipfFigures};
 use super::servers::Kind;
 use super::summary::{ratio, Summary};
 use super::sweep::SweepRuns;
+use super::tls::TlsRuns;
 
 /// The machine and software the figures came from.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -148,6 +149,9 @@ pub struct Report {
     /// see `sweep_table`; absent from reports saved before it existed).
     #[serde(default)]
     pub sweep: Option<SweepRuns>,
+    /// The TLS comparison, when one ran (its own section, see `tls_table`).
+    #[serde(default)]
+    pub tls: Option<TlsRuns>,
     /// Things that went wrong or look suspicious (errors, timeouts, pins).
     pub warnings: Vec<String>,
     pub elapsed_secs: f64,

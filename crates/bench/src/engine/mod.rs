@@ -18,6 +18,8 @@
 
 mod alarm;
 mod preload;
+mod stream;
+pub mod tls;
 pub mod wire;
 mod worker;
 
@@ -34,6 +36,7 @@ use crate::fdlimit;
 use crate::ketama::Ketama;
 use crate::schedule::Schedule;
 use crate::stats::{Scope, Stats};
+use tls::TlsStream;
 use worker::{Link, Worker, WorkerSetup};
 
 /// How long a connection attempt may take before the server counts as unreachable.
@@ -43,6 +46,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// listen backlog overflows makes each connect wait for a SYN retransmit
 /// (a second or more), and 10 000 of those must fail in seconds, not hours.
 const CONNECT_BUDGET_PER_SESSION: Duration = Duration::from_millis(2);
+/// `--tls` adds this much per session to the setup budget: a full handshake
+/// costs each side a signature or its check and a key exchange (well under a
+/// millisecond on loopback; the margin is for a loaded machine).
+const TLS_BUDGET_PER_SESSION: Duration = Duration::from_millis(10);
 /// Without `--duration`, a `--requests` run still stops after this long.
 pub const MAX_RUN_TIME: Duration = Duration::from_secs(600);
 
@@ -114,11 +121,28 @@ fn connect_session(cfg: &Config, timeout: Duration) -> anyhow::Result<Vec<Link>>
         .iter()
         .map(|s| match cfg.transport {
             Transport::Tcp => {
-                let stream = TcpStream::connect_timeout(&s.addr, timeout)
+                let started = Instant::now();
+                let mut stream = TcpStream::connect_timeout(&s.addr, timeout)
                     .with_context(|| format!("cannot connect to server {} ({})", s.name, s.addr))?;
                 stream.set_nodelay(true)?;
+                // The handshake is part of the setup: never measured, always bounded.
+                let session = match &cfg.tls {
+                    Some(tls) => Some(
+                        tls.handshake(
+                            &s.host,
+                            &mut stream,
+                            timeout.saturating_sub(started.elapsed()),
+                        )
+                        .with_context(|| format!("server {} ({})", s.name, s.addr))?,
+                    ),
+                    None => None,
+                };
                 stream.set_nonblocking(true)?;
-                Ok(Link::Tcp(mio::net::TcpStream::from_std(stream)))
+                let stream = mio::net::TcpStream::from_std(stream);
+                Ok(match session {
+                    Some(session) => Link::Tls(Box::new(TlsStream::new(stream, session))),
+                    None => Link::Tcp(stream),
+                })
             }
             Transport::Udp => {
                 let bind = if s.addr.is_ipv4() {
@@ -177,7 +201,11 @@ fn check_fd_limit(cfg: &Config) -> anyhow::Result<()> {
 /// within the setup budget, and deals them round-robin to the workers.
 fn connect_all(cfg: &Config, setups: &mut [WorkerSetup]) -> anyhow::Result<()> {
     let n = cfg.connections;
-    let budget = CONNECT_TIMEOUT + CONNECT_BUDGET_PER_SESSION * n as u32;
+    let per_session = match cfg.tls {
+        Some(_) => CONNECT_BUDGET_PER_SESSION + TLS_BUDGET_PER_SESSION,
+        None => CONNECT_BUDGET_PER_SESSION,
+    };
+    let budget = CONNECT_TIMEOUT + per_session * n as u32;
     let started = Instant::now();
     for s in 0..n {
         let left = budget.saturating_sub(started.elapsed());

@@ -3,15 +3,15 @@
 //! Plain blocking sockets, one per server per thread, and batches of
 //! pipelined sets (write a batch, then read its replies). Replies to sets are
 //! a few bytes, so a batch can never fill both directions and deadlock.
-//! Preloading always uses TCP, also for a `--udp` run.
+//! Preloading always uses TCP, also for a `--udp` run; with `--tls`, TLS.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use protocol::client::ReplyBuffer;
 
+use super::tls::Blocking;
 use super::{filler, wire, CONNECT_TIMEOUT};
 use crate::config::Config;
 use crate::ketama::Ketama;
@@ -45,7 +45,7 @@ pub fn run(cfg: &Config, ketama: Option<&Ketama>) -> anyhow::Result<()> {
 }
 
 struct ServerConn {
-    stream: TcpStream,
+    stream: Blocking,
     out: Vec<u8>,
     queued: usize,
     rx: ReplyBuffer,
@@ -62,11 +62,10 @@ fn preload_range(
         .servers
         .iter()
         .map(|s| {
-            let stream =
-                TcpStream::connect_timeout(&s.addr, CONNECT_TIMEOUT).with_context(|| {
+            let stream = Blocking::connect(cfg.tls.as_ref(), &s.host, &s.addr, CONNECT_TIMEOUT)
+                .with_context(|| {
                     format!("preload: cannot connect to server {} ({})", s.name, s.addr)
                 })?;
-            stream.set_nodelay(true)?;
             stream.set_read_timeout(Some(cfg.timeout.max(PRELOAD_REPLY_TIMEOUT)))?;
             Ok(ServerConn {
                 stream,

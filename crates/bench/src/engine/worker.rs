@@ -16,7 +16,7 @@
 //! request completes with its last part. Per-server figures count parts.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -27,6 +27,8 @@ use mmsg::{RecvBatch, SendBatch};
 use protocol::client::{ReplyBuffer, UdpHeader, UDP_HEADER_BYTES};
 
 use super::alarm::Alarm;
+use super::stream::{Stream, READ_CHUNK_BYTES};
+use super::tls::TlsStream;
 use super::wire::{self, Outcome};
 use super::Shared;
 use crate::config::{Config, Load};
@@ -36,8 +38,6 @@ use crate::stats::{Scope, Stats};
 use crate::verify;
 use crate::workload::{write_key, OpGen, OpKind, MAX_KEY_BYTES};
 
-/// Bytes asked of each TCP read.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Largest request datagram ferrobench sends (memcached reads at most 64 KiB).
 const UDP_MAX_REQUEST_BYTES: usize = 65536;
 /// Room per reply datagram; memcached and ferrocache send at most 1400 bytes,
@@ -55,6 +55,8 @@ const MAX_REPORTED_CORRUPTIONS: u64 = 10;
 /// A socket to one server, as handed to a worker.
 pub enum Link {
     Tcp(mio::net::TcpStream),
+    /// `--tls`: handshaken already.
+    Tls(Box<TlsStream>),
     Udp(mio::net::UdpSocket),
 }
 
@@ -112,7 +114,7 @@ struct Partial {
 
 enum LinkState {
     Tcp {
-        stream: mio::net::TcpStream,
+        stream: Stream,
         rx: ReplyBuffer,
         written: usize,
     },
@@ -142,6 +144,16 @@ struct Conn {
     dirty: bool,
     /// Sent ns per in-flight UDP part, parallel to `inflight`.
     sent_ns: VecDeque<u64>,
+}
+
+impl Conn {
+    /// Bytes wait for the socket (composed requests, or TLS records).
+    fn has_output(&self) -> bool {
+        match &self.link {
+            LinkState::Tcp { stream, .. } => stream.has_output(&self.out),
+            LinkState::Udp { .. } => !self.out.is_empty(),
+        }
+    }
 }
 
 struct Session {
@@ -177,6 +189,8 @@ pub struct Worker<'a> {
     valbuf: Vec<u8>,
     /// UDP replies, up to 32 per `recvmmsg`.
     inbox: RecvBatch,
+    /// TLS: ciphertext read from a socket (allocated at the first TLS read).
+    scratch: Vec<u8>,
     schedule: Option<Schedule>,
     /// Open loop: wakes the poll at the next intended send time.
     alarm: Option<Alarm>,
@@ -205,9 +219,14 @@ impl<'a> Worker<'a> {
             for (server, link) in links.into_iter().enumerate() {
                 let token = Token(conns.len());
                 let link = match link {
-                    Link::Tcp(mut stream) => {
+                    Link::Tcp(_) | Link::Tls(_) => {
+                        let mut stream = match link {
+                            Link::Tls(t) => Stream::Tls(t),
+                            Link::Tcp(s) => Stream::Plain(s),
+                            Link::Udp(_) => unreachable!("matched above"),
+                        };
                         poll.registry().register(
-                            &mut stream,
+                            stream.socket(),
                             token,
                             Interest::READABLE | Interest::WRITABLE,
                         )?;
@@ -284,6 +303,7 @@ impl<'a> Worker<'a> {
             keybuf: [0; MAX_KEY_BYTES],
             valbuf: Vec::new(),
             inbox: RecvBatch::new(32, UDP_REPLY_SLOT_BYTES),
+            scratch: Vec::new(),
             schedule: setup.schedule,
             alarm,
             quota: setup.quota,
@@ -355,7 +375,7 @@ impl<'a> Worker<'a> {
                 if event.is_readable() || event.is_read_closed() || event.is_error() {
                     self.on_readable(ci, now)?;
                 }
-                if event.is_writable() && !self.conns[ci].out.is_empty() {
+                if event.is_writable() && self.conns[ci].has_output() {
                     self.mark_dirty(ci);
                 }
             }
@@ -581,20 +601,8 @@ impl<'a> Worker<'a> {
                     continue;
                 }
             };
-            while *written < conn.out.len() {
-                match stream.write(&conn.out[*written..]) {
-                    Ok(n) => *written += n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(self.conn_error(server, e)),
-                }
-            }
-            let conn = &mut self.conns[ci];
-            if let LinkState::Tcp { written, .. } = &mut conn.link {
-                if *written == conn.out.len() {
-                    *written = 0;
-                    conn.out.clear();
-                }
+            if let Err(e) = stream.write_from(&mut conn.out, written) {
+                return Err(self.conn_error(server, e));
             }
         }
         Ok(())
@@ -627,32 +635,23 @@ impl<'a> Worker<'a> {
         let LinkState::Tcp { stream, rx, .. } = &mut self.conns[ci].link else {
             unreachable!("checked above");
         };
-        loop {
-            let spare = rx.spare(READ_CHUNK_BYTES);
-            let room = spare.len();
-            match stream.read(spare) {
-                Ok(0) => {
-                    self.shared.abort.store(true, Ordering::Relaxed);
-                    let s = &self.cfg.servers[server];
-                    bail!(
-                        "server {} ({}) closed the connection mid-run",
-                        s.name,
-                        s.addr
-                    );
-                }
-                Ok(n) => {
-                    rx.commit(n);
-                    // A short read drained the socket; with edge-triggered
-                    // epoll the next arrival wakes us again, so skip the
-                    // read that would only say EAGAIN.
-                    if n < room {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.conn_error(server, e)),
+        match stream.read_into(rx, &mut self.scratch) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.shared.abort.store(true, Ordering::Relaxed);
+                let s = &self.cfg.servers[server];
+                bail!(
+                    "server {} ({}) closed the connection mid-run",
+                    s.name,
+                    s.addr
+                );
             }
+            Err(e) => return Err(self.conn_error(server, e)),
+        }
+        if matches!(&self.conns[ci].link, LinkState::Tcp { stream: Stream::Tls(t), .. } if t.wants_write())
+        {
+            // The TLS session has something of its own to send.
+            self.mark_dirty(ci);
         }
         let cfg = self.cfg;
         let conn = &mut self.conns[ci];
