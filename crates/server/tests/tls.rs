@@ -43,7 +43,10 @@ fn text_meta_and_binary_over_tls() {
         b"VALUE small 5 2\r\nhi\r\nEND\r\n"
     );
     // Values of several records each, in both directions.
-    for (i, len) in [16_000usize, 16_385, 100_000, 1_000_000].into_iter().enumerate() {
+    for (i, len) in [16_000usize, 16_385, 100_000, 1_000_000]
+        .into_iter()
+        .enumerate()
+    {
         let v = value(len, i as u64);
         let mut req = format!("set big{i} 0 0 {len}\r\n").into_bytes();
         req.extend_from_slice(&v);
@@ -52,7 +55,10 @@ fn text_meta_and_binary_over_tls() {
         let mut want = format!("VALUE big{i} 0 {len}\r\n").into_bytes();
         want.extend_from_slice(&v);
         want.extend_from_slice(b"\r\nEND\r\n");
-        assert!(c.request(format!("get big{i}\r\n").as_bytes()) == want, "get of {len} bytes");
+        assert!(
+            c.request(format!("get big{i}\r\n").as_bytes()) == want,
+            "get of {len} bytes"
+        );
     }
     // Meta commands.
     assert_eq!(c.request(b"ms m1 3 T0 F7\r\nabc\r\n"), b"HD\r\n");
@@ -101,7 +107,12 @@ fn requests_split_across_records() {
         req.extend_from_slice(format!("\r\nget key{round}\r\nmn\r\n").as_bytes());
         c.send_in_pieces(&req, &mut rng, 64, round % 4 == 0);
         let reply = c.read_reply();
-        assert_eq!(reply.ending, Ending::Done, "round {round}: {}", reply.describe());
+        assert_eq!(
+            reply.ending,
+            Ending::Done,
+            "round {round}: {}",
+            reply.describe()
+        );
         let mut want = format!("STORED\r\nVALUE key{round} {round} {len}\r\n").into_bytes();
         want.extend_from_slice(&v);
         want.extend_from_slice(b"\r\nEND\r\n");
@@ -139,7 +150,12 @@ fn plaintext_client_on_tls_port() {
         c.send(b"get foo\r\n");
         let reply = c.read_to_close(READ_TIMEOUT);
         assert_eq!(reply.ending, Ending::Closed, "{}", kind.name());
-        assert!(reply.bytes.is_empty(), "{}: {}", kind.name(), reply.describe());
+        assert!(
+            reply.bytes.is_empty(),
+            "{}: {}",
+            kind.name(),
+            reply.describe()
+        );
         // The counter moves on the server's own schedule: poll, bounded.
         let deadline = Instant::now() + READ_TIMEOUT;
         while stat(&server, "ssl_handshake_errors") == before {
@@ -156,7 +172,11 @@ fn plaintext_client_on_tls_port() {
 fn mutual_tls_modes() {
     let ca = format!("ssl_ca_cert={}", fixture("ca.pem"));
     for mode in 1..=3 {
-        let server = start(ServerKind::Ferrocache, &format!("{ca},ssl_verify_mode={mode}"), &[]);
+        let server = start(
+            ServerKind::Ferrocache,
+            &format!("{ca},ssl_verify_mode={mode}"),
+            &[],
+        );
         let port = server.port;
         // A client certificate from the CA: served in every mode.
         Client::connect_tls(port, client_config(Some("client"))).assert_answers("CA client");
@@ -167,8 +187,14 @@ fn mutual_tls_modes() {
         );
         // None: served in mode 1 only.
         let anonymous = refused(port, client_config(None));
-        assert_eq!(anonymous, mode >= 2, "mode {mode}: client without a certificate");
-        let settings = server.connect_with(client_config(Some("client"))).stats("settings");
+        assert_eq!(
+            anonymous,
+            mode >= 2,
+            "mode {mode}: client without a certificate"
+        );
+        let settings = server
+            .connect_with(client_config(Some("client")))
+            .stats("settings");
         let flags = [0, 1, 3, 7][mode];
         assert_eq!(settings["ssl_verify_mode"], flags.to_string());
     }
@@ -215,7 +241,11 @@ fn refresh_certs_with_connections_open() {
     let new = server.connect();
     assert_eq!(peer_certificate(&new), fixture_der("server2.pem"));
     assert_eq!(old.request(b"get k\r\n"), b"VALUE k 0 1\r\nx\r\nEND\r\n");
-    assert_eq!(peer_certificate(&old), first, "an open connection keeps its session");
+    assert_eq!(
+        peer_certificate(&old),
+        first,
+        "an open connection keeps its session"
+    );
 
     // A chain that does not parse: refused with memcached's message, old files kept.
     fs::write(&chain, b"not a certificate\n").unwrap();
@@ -224,7 +254,10 @@ fn refresh_certs_with_connections_open() {
         reply.starts_with(&format!("Error loading the certificate chain: {chain} : ")),
         "{reply:?}"
     );
-    assert_eq!(peer_certificate(&server.connect()), fixture_der("server2.pem"));
+    assert_eq!(
+        peer_certificate(&server.connect()),
+        fixture_der("server2.pem")
+    );
     let stats = old.stats("");
     assert!(stats.contains_key("time_since_server_cert_refresh"));
     fs::remove_dir_all(&dir).unwrap();
@@ -281,7 +314,10 @@ fn expired_and_mismatched_certificates() {
     let out = common::run_to_exit(ServerKind::Ferrocache, &mismatched);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("Error validating the certificate"), "{stderr}");
+    assert!(
+        stderr.contains("Error validating the certificate"),
+        "{stderr}"
+    );
 }
 
 /// Connections that never send a ClientHello hold a slot for at most the handshake
@@ -307,7 +343,10 @@ fn stalled_handshakes_are_bounded() {
                 }
             }
         }
-        assert!(Instant::now() < deadline, "stalled handshakes were never closed");
+        assert!(
+            Instant::now() < deadline,
+            "stalled handshakes were never closed"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(stat(&server, "ssl_handshake_errors") >= before + 8);

@@ -139,9 +139,8 @@ fn build(o: &TlsOptions, new_sessions: &Arc<AtomicU64>) -> Result<ServerConfig, 
         &[&rustls::version::TLS12, &rustls::version::TLS13]
     };
     let chain_path = o.chain_cert.as_deref().unwrap_or("(null)");
-    let chain = load_chain(o.chain_cert.as_deref()).map_err(|e| {
-        format!("Error loading the certificate chain: {chain_path} : {e}")
-    })?;
+    let chain = load_chain(o.chain_cert.as_deref())
+        .map_err(|e| format!("Error loading the certificate chain: {chain_path} : {e}"))?;
     let key_path = o.key.as_deref().unwrap_or("(null)");
     let key = load_key(o.key.as_deref(), o.keyformat)
         .map_err(|e| format!("Error loading the key: {key_path} : {e}"))?;
@@ -251,8 +250,11 @@ fn select_suites(all: &[SupportedCipherSuite], list: &str) -> Option<Vec<Support
     if tls12.is_empty() {
         return None;
     }
-    let mut out: Vec<SupportedCipherSuite> =
-        all.iter().filter(|s| s.tls13().is_some()).copied().collect();
+    let mut out: Vec<SupportedCipherSuite> = all
+        .iter()
+        .filter(|s| s.tls13().is_some())
+        .copied()
+        .collect();
     out.extend(tls12);
     Some(out)
 }
@@ -326,10 +328,7 @@ mod tests {
         // TLS 1.3 suites stay, as OpenSSL's cipher list leaves them.
         assert!(picked.iter().any(|s| s.tls13().is_some()));
         assert!(select_suites(&all, "RC4-MD5:!aNULL").is_none());
-        assert_eq!(
-            select_suites(&all, "HIGH:!aNULL").unwrap().len(),
-            all.len()
-        );
+        assert_eq!(select_suites(&all, "HIGH:!aNULL").unwrap().len(), all.len());
     }
 
     #[test]
@@ -339,7 +338,10 @@ mod tests {
             ..TlsOptions::default()
         };
         let err = Tls::new(&o, 1).err().unwrap();
-        assert!(err.starts_with("Error loading the certificate chain: (null) : "), "{err}");
+        assert!(
+            err.starts_with("Error loading the certificate chain: (null) : "),
+            "{err}"
+        );
         o.chain_cert = Some("/nonexistent/chain.pem".into());
         let err = Tls::new(&o, 1).err().unwrap();
         assert!(

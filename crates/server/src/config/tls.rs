@@ -226,7 +226,10 @@ mod tests {
         assert!(t.session_cache);
         assert!(!t.set("idle_timeout", Some("5")).unwrap());
         let err = t.set("ssl_verify_mode", Some("4")).unwrap_err().to_string();
-        assert_eq!(err, "Invalid ssl_verify_mode. Use help to see valid options.");
+        assert_eq!(
+            err,
+            "Invalid ssl_verify_mode. Use help to see valid options."
+        );
         let err = t.set("ssl_key", None).unwrap_err().to_string();
         assert_eq!(err, "Missing ssl_key argument");
         let err = t.set("ssl_min_version", Some("x")).unwrap_err().to_string();
@@ -245,7 +248,10 @@ mod tests {
             }
         );
         let spec = ListenSpec::parse("[::1]:7000", true).unwrap();
-        assert_eq!((spec.host.as_str(), spec.port, spec.notls), ("::1", Some(7000), false));
+        assert_eq!(
+            (spec.host.as_str(), spec.port, spec.notls),
+            ("::1", Some(7000), false)
+        );
         let spec = ListenSpec::parse("::1", false).unwrap();
         assert_eq!((spec.host.as_str(), spec.port), ("::1", None));
         let spec = ListenSpec::parse("localhost", false).unwrap();

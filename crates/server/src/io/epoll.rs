@@ -311,7 +311,11 @@ impl Worker {
             sink: crate::reply::Sink {
                 message_ends: None,
                 splices: self.splices.as_ref().filter(|_| in_place),
-                splice_min: if in_place { self.splice_min } else { usize::MAX },
+                splice_min: if in_place {
+                    self.splice_min
+                } else {
+                    usize::MAX
+                },
             },
         };
         loop {

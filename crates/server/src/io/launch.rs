@@ -21,8 +21,8 @@ use anyhow::{bail, Context, Result};
 use socket2::{Protocol, Type};
 
 use crate::config::IoBackend;
-use crate::io::epoll::Worker;
 use crate::config::ListenSpec;
+use crate::io::epoll::Worker;
 use crate::io::net::{bind_tcp, bind_unix, Listener};
 use crate::io::udp::{bind_udp, UdpEndpoint};
 use crate::state::Shared;
@@ -85,8 +85,7 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
                 });
             }
             if settings.pin {
-                if let Some(Listener::Tcp(first) | Listener::Tls(first)) = per_worker[0].0.last()
-                {
+                if let Some(Listener::Tcp(first) | Listener::Tls(first)) = per_worker[0].0.last() {
                     let workers = settings.threads as u32;
                     if let Err(e) =
                         crate::sys::attach_reuseport_cpu_steering(first.as_raw_fd(), workers)

@@ -353,7 +353,11 @@ impl UringWorker {
                         Ok(data) if c.tls.is_some() => {
                             c.entry.touch(now);
                             let t = c.tls.as_mut().expect("checked");
-                            match shared.tls.as_ref().map(|ctx| t.feed(data, &mut c.conn, ctx)) {
+                            match shared
+                                .tls
+                                .as_ref()
+                                .map(|ctx| t.feed(data, &mut c.conn, ctx))
+                            {
                                 Some(Ok(plain)) => bump(&stats.bytes_read, plain as u64),
                                 Some(Err(failure)) => c.tls_failed = Some(failure),
                                 None => c.broken = true,
@@ -560,7 +564,11 @@ impl UringWorker {
             sink: crate::reply::Sink {
                 message_ends: None,
                 splices: self.splices.as_ref().filter(|_| in_place),
-                splice_min: if in_place { self.splice_min } else { usize::MAX },
+                splice_min: if in_place {
+                    self.splice_min
+                } else {
+                    usize::MAX
+                },
             },
         };
         if !drive_client(&mut self.ring, &exec, &mut self.ahead, c, self.draining) {

@@ -173,7 +173,10 @@ pub fn sizes(buf: &mut Vec<u8>) {
 /// without `-Z`.
 fn tls_settings(t: &crate::config::TlsOptions, o: &mut Out<'_>) {
     o.yes_no("ssl_enabled", t.enabled);
-    o.str("ssl_chain_cert", t.chain_cert.as_deref().unwrap_or("(null)"));
+    o.str(
+        "ssl_chain_cert",
+        t.chain_cert.as_deref().unwrap_or("(null)"),
+    );
     o.str("ssl_key", t.key.as_deref().unwrap_or("(null)"));
     o.num("ssl_verify_mode", t.verify_mode.openssl_flags());
     o.num("ssl_keyformat", t.keyformat);

@@ -100,7 +100,11 @@ impl Client {
 
     /// This end's address, as `ip:port`.
     pub fn local_addr(&self) -> String {
-        self.stream.tcp().local_addr().expect("local_addr").to_string()
+        self.stream
+            .tcp()
+            .local_addr()
+            .expect("local_addr")
+            .to_string()
     }
 
     pub fn try_connect(port: u16) -> io::Result<Client> {

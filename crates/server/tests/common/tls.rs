@@ -57,8 +57,8 @@ pub fn client_config_with(ca: Option<&str>, client: Option<&str>) -> Arc<rustls:
                 .expect("client certificate")
                 .collect::<Result<Vec<_>, _>>()
                 .expect("client certificate");
-            let key = PrivateKeyDer::from_pem_file(fixture(&format!("{stem}.key")))
-                .expect("client key");
+            let key =
+                PrivateKeyDer::from_pem_file(fixture(&format!("{stem}.key"))).expect("client key");
             builder
                 .with_client_auth_cert(chain, key)
                 .expect("client auth")
