@@ -1,0 +1,735 @@
+//! Memory images: the whole store written out at a graceful stop and read back at the
+//! next start, so that a restart serves every item it held (memcached's `-e`, warm
+//! restart). The server owns the file; this module owns the bytes.
+//!
+//! The image is the store's memory as it lies, not a list of items: index entries are
+//! (segment id, offset) pairs, so the index's bucket arrays and the used segments' bytes
+//! mean the same in a new process, and a restart copies them back into fresh memory
+//! instead of re-inserting every item (17 M items at `-m 1024`). With them go the hash
+//! seed (the buckets' places depend on it), the CAS counter, the flush state, the log of
+//! CAS ids per second, and the pool: free list, FIFO of sealed segments, each writer
+//! group's open segment, and each segment's live bytes and CAS base.
+//!
+//! ```text
+//!  header (48 B)  magic "ferroimg" | fingerprint u64 | meta length u64 | meta crc u32 |
+//!                 0 u32 | total length u64 | header crc u32 | 0 u32
+//!  meta           geometry, seed, CAS, flush, pool, segment table, time log,
+//!                 per shard: counters, bucket count, crc of its buckets;
+//!                 per used segment: id, bytes used, crc; the caller's extra bytes
+//!  index          per shard: its buckets, 8 little-endian words each (64 B)
+//!  segments       per used segment: its bytes 0..used
+//! ```
+//!
+//! Every part has a CRC-32, checked before anything is installed, and the fingerprint
+//! (format version and the sizes and constants of the layouts involved) refuses an
+//! image from a build whose layouts differ. A failed load leaves the store empty.
+//!
+//! Both directions first freeze the store ([`Frozen`]): every writer group's lock, the
+//! pool's lock and every shard's lock, taken in the crate's lock order, once no
+//! reservation is pending. Then nobody can write a byte of any segment or bucket: a
+//! reservation needs a group lock, every write to a published item needs its shard's
+//! lock, and eviction and compaction run under a group lock. Value pins only read.
+
+use std::io::{self, Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+
+use crate::index::{unpack, ShardGuard, ShardStats};
+use crate::item;
+use crate::pool::PoolState;
+use crate::table::{IndexTable, BUCKET_WORDS};
+use crate::time_log::TimeLogState;
+
+use super::Store;
+
+/// The first bytes of an image.
+pub const IMAGE_MAGIC: [u8; 8] = *b"ferroimg";
+/// Bytes of an image's header.
+pub const IMAGE_HEADER_BYTES: usize = 48;
+/// Bumped whenever the image's layout, or a layout it copies, changes meaning.
+const FORMAT_VERSION: u32 = 1;
+/// Bytes of one bucket in the image.
+const BUCKET_BYTES: usize = BUCKET_WORDS * 8;
+/// The longest meta section a load accepts (a sanity bound before allocating it).
+const MAX_META_BYTES: u64 = 1 << 30;
+
+/// Why an image could not be read back. Every one leaves the store empty.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("read failed: {0}")]
+    Io(#[from] io::Error),
+    #[error("not a memory image (no ferroimg header)")]
+    NotAnImage,
+    #[error("shorter than its header says (truncated)")]
+    Truncated,
+    #[error("written by a build with another layout (fingerprint {found:#018x}, this build's is {want:#018x})")]
+    OtherBuild { found: u64, want: u64 },
+    #[error("checksum mismatch in {0}")]
+    Checksum(String),
+    #[error("the store's layout differs: {0}")]
+    Geometry(String),
+    #[error("inconsistent contents: {0}")]
+    Corrupt(&'static str),
+    #[error("the store already holds items")]
+    NotEmpty,
+}
+
+fn truncated(e: io::Error) -> ImageError {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        ImageError::Truncated
+    } else {
+        ImageError::Io(e)
+    }
+}
+
+/// The build's layout fingerprint: the format version, and the sizes and constants of
+/// everything the image copies byte for byte (bucket, item header, CAS span).
+pub fn image_fingerprint() -> u64 {
+    let mut h = crc32fast::Hasher::new();
+    for v in [
+        BUCKET_BYTES,
+        std::mem::size_of::<u64>(),
+        item::MIN_HEADER_BYTES,
+        item::MAX_HEADER_BYTES,
+        item::PREFIX_MAX_BYTES,
+        item::MAX_KEY_BYTES,
+        item::MAX_VALUE_BYTES,
+        item::NARROW_CAS_SPAN as usize,
+        usize::from(cfg!(target_endian = "little")),
+    ] {
+        h.update(&(v as u64).to_le_bytes());
+    }
+    u64::from(FORMAT_VERSION) << 32 | u64::from(h.finalize())
+}
+
+/// What a saved image held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImageSummary {
+    /// Live items (as `curr_items` counted them).
+    pub items: u64,
+    /// Bytes of the whole image.
+    pub bytes: u64,
+}
+
+/// The store's shape: what must be the same for an image to load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Geometry {
+    segment_size: u64,
+    shards: u64,
+    groups: u64,
+    item_size_max: u64,
+    item_overhead: u64,
+}
+
+/// Everything in the meta section.
+#[derive(Debug)]
+struct Meta {
+    geometry: Geometry,
+    seed: u64,
+    cas: u64,
+    oldest_live: u32,
+    oldest_cas: u64,
+    memory_limit: u64,
+    provisioned: u64,
+    limit: u64,
+    free: Vec<u32>,
+    sealed: Vec<(u32, u32)>,
+    open: Vec<Option<(u32, u32)>>,
+    /// Per segment of the table: (live bytes, CAS base).
+    segments: Vec<(u64, u64)>,
+    time_log: TimeLogState,
+    /// Per shard: (curr_items, bytes, buckets, crc of the buckets).
+    shards: Vec<(u64, u64, u64, u32)>,
+    /// Per used segment, in file order: (id, bytes used, crc).
+    parts: Vec<(u32, u32, u32)>,
+    extra: Vec<u8>,
+}
+
+/// The store with every lock that guards a byte of it held (see the module docs).
+struct Frozen<'a> {
+    groups: Vec<MutexGuard<'a, Option<(u32, u32)>>>,
+    pool: MutexGuard<'a, PoolState>,
+    shards: Vec<ShardGuard<'a>>,
+}
+
+impl Store {
+    /// Take every group lock, the pool lock and every shard lock (the crate's lock
+    /// order), once no reservation is pending: a writer that reserved before finishes
+    /// under its shard lock, so the locks are dropped and taken again until none is.
+    fn freeze(&self) -> Frozen<'_> {
+        loop {
+            let groups = self.groups.iter().map(|g| g.lock()).collect();
+            let pool = self.pool_lock();
+            let shards = (0..self.shards.len())
+                .map(|i| self.shard_at(i).lock())
+                .collect();
+            let frozen = Frozen {
+                groups,
+                pool,
+                shards,
+            };
+            if self
+                .segments
+                .iter()
+                .all(|s| s.pending.load(Ordering::Acquire) == 0)
+            {
+                return frozen;
+            }
+            drop(frozen);
+            std::thread::yield_now();
+        }
+    }
+
+    fn geometry(&self) -> Geometry {
+        Geometry {
+            segment_size: self.segment_size as u64,
+            shards: self.shards.len() as u64,
+            groups: self.groups.len() as u64,
+            item_size_max: self.item_size_max as u64,
+            item_overhead: self.item_overhead as u64,
+        }
+    }
+
+    /// Write the whole store to `out` as a memory image (see the module docs), with
+    /// `extra` (the caller's own state, returned by [`ImageHead::extra`]) inside it.
+    /// The store is frozen meanwhile: every request waits. Meant for a graceful stop,
+    /// once the workers are gone.
+    pub fn save_image(&self, out: &mut impl Write, extra: &[u8]) -> io::Result<ImageSummary> {
+        let frozen = self.freeze();
+        let mut parts = Vec::new();
+        for &(seg, used) in frozen.pool.sealed.iter() {
+            parts.push((seg, used));
+        }
+        for g in &frozen.groups {
+            if let Some(open) = **g {
+                parts.push(open);
+            }
+        }
+        let mut shard_rows = Vec::with_capacity(frozen.shards.len());
+        let mut items = 0;
+        for shard in &frozen.shards {
+            let mut crc = crc32fast::Hasher::new();
+            let mut buf = Vec::with_capacity(BUCKET_BYTES * 1024);
+            for b in 0..shard.table.bucket_count() {
+                push_bucket(&mut buf, shard.table.bucket_words(b));
+                if buf.len() >= BUCKET_BYTES * 1024 {
+                    crc.update(&buf);
+                    buf.clear();
+                }
+            }
+            crc.update(&buf);
+            items += shard.stats.curr_items;
+            shard_rows.push((
+                shard.stats.curr_items,
+                shard.stats.bytes,
+                shard.table.bucket_count() as u64,
+                crc.finalize(),
+            ));
+        }
+        let parts: Vec<(u32, u32, u32)> = parts
+            .into_iter()
+            .map(|(seg, used)| (seg, used, crc32fast::hash(self.frozen_bytes(&frozen, seg, used))))
+            .collect();
+        let log = self.time_log.export();
+        let meta = Meta {
+            geometry: self.geometry(),
+            seed: self.seed(),
+            cas: self.cas.0.load(Ordering::Relaxed),
+            oldest_live: self.flush.0.oldest_live.load(Ordering::Acquire),
+            oldest_cas: self.flush.0.oldest_cas.load(Ordering::Acquire),
+            memory_limit: self.memory_limit() as u64,
+            provisioned: frozen.pool.provisioned as u64,
+            limit: frozen.pool.limit as u64,
+            free: frozen.pool.free.clone(),
+            sealed: frozen.pool.sealed.iter().copied().collect(),
+            open: frozen.groups.iter().map(|g| **g).collect(),
+            segments: self
+                .segments
+                .iter()
+                .map(|s| {
+                    (
+                        s.live_bytes.load(Ordering::Acquire),
+                        s.cas_base.load(Ordering::Relaxed),
+                    )
+                })
+                .collect(),
+            time_log: log,
+            shards: shard_rows,
+            parts,
+            extra: extra.to_vec(),
+        };
+        let meta_bytes = meta.encode();
+        let index_bytes: u64 = meta.shards.iter().map(|s| s.2 * BUCKET_BYTES as u64).sum();
+        let segment_bytes: u64 = meta.parts.iter().map(|p| u64::from(p.1)).sum();
+        let total = (IMAGE_HEADER_BYTES + meta_bytes.len()) as u64 + index_bytes + segment_bytes;
+        let mut header = Vec::with_capacity(IMAGE_HEADER_BYTES);
+        header.extend_from_slice(&IMAGE_MAGIC);
+        header.extend_from_slice(&image_fingerprint().to_le_bytes());
+        header.extend_from_slice(&(meta_bytes.len() as u64).to_le_bytes());
+        header.extend_from_slice(&crc32fast::hash(&meta_bytes).to_le_bytes());
+        header.extend_from_slice(&0u32.to_le_bytes());
+        header.extend_from_slice(&total.to_le_bytes());
+        let crc = crc32fast::hash(&header);
+        header.extend_from_slice(&crc.to_le_bytes());
+        header.extend_from_slice(&0u32.to_le_bytes());
+        debug_assert_eq!(header.len(), IMAGE_HEADER_BYTES);
+        out.write_all(&header)?;
+        out.write_all(&meta_bytes)?;
+        let mut buf = Vec::with_capacity(BUCKET_BYTES * 1024);
+        for shard in &frozen.shards {
+            for b in 0..shard.table.bucket_count() {
+                push_bucket(&mut buf, shard.table.bucket_words(b));
+                if buf.len() >= BUCKET_BYTES * 1024 {
+                    out.write_all(&buf)?;
+                    buf.clear();
+                }
+            }
+        }
+        out.write_all(&buf)?;
+        for &(seg, used, _) in &meta.parts {
+            out.write_all(self.frozen_bytes(&frozen, seg, used))?;
+        }
+        out.flush()?;
+        Ok(ImageSummary {
+            items,
+            bytes: total,
+        })
+    }
+
+    /// The first `used` bytes of segment `seg`, read while the store is frozen.
+    fn frozen_bytes<'f>(&'f self, _frozen: &'f Frozen<'_>, seg: u32, used: u32) -> &'f [u8] {
+        if used == 0 {
+            return &[];
+        }
+        // SAFETY: `seg` is sealed or open, so it has memory, and `used` is at most its
+        // length (the pool never records more). While `_frozen` lives nobody writes a
+        // byte of any segment (module docs: every group and shard lock is held and no
+        // reservation is pending), and the borrow lives no longer than it.
+        unsafe { self.mem(seg).bytes(0, used as usize) }
+    }
+}
+
+fn push_bucket(buf: &mut Vec<u8>, words: [u64; BUCKET_WORDS]) {
+    for w in words {
+        buf.extend_from_slice(&w.to_le_bytes());
+    }
+}
+
+/// An image's header and meta section, read and checked: what the caller checks of its
+/// own ([`ImageHead::extra`]) before [`ImageHead::load_into`] reads the rest.
+#[derive(Debug)]
+pub struct ImageHead {
+    meta: Meta,
+    total: u64,
+}
+
+impl ImageHead {
+    /// Read and check the header and meta section from the start of an image.
+    pub fn read(input: &mut impl Read) -> Result<ImageHead, ImageError> {
+        let mut header = [0u8; IMAGE_HEADER_BYTES];
+        let mut got = 0;
+        while got < header.len() {
+            match input.read(&mut header[got..])? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        if got < IMAGE_MAGIC.len() || header[..8] != IMAGE_MAGIC {
+            return Err(ImageError::NotAnImage);
+        }
+        if got < IMAGE_HEADER_BYTES {
+            return Err(ImageError::Truncated);
+        }
+        let word = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().unwrap());
+        let half = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap());
+        if half(40) != crc32fast::hash(&header[..40]) {
+            return Err(ImageError::Checksum("the header".into()));
+        }
+        let (found, want) = (word(8), image_fingerprint());
+        if found != want {
+            return Err(ImageError::OtherBuild { found, want });
+        }
+        let meta_len = word(16);
+        if meta_len > MAX_META_BYTES {
+            return Err(ImageError::Corrupt("meta section too long"));
+        }
+        let mut meta = vec![0u8; meta_len as usize];
+        input.read_exact(&mut meta).map_err(truncated)?;
+        if crc32fast::hash(&meta) != half(24) {
+            return Err(ImageError::Checksum("the meta section".into()));
+        }
+        let meta = Meta::decode(&meta).ok_or(ImageError::Corrupt("meta section"))?;
+        Ok(ImageHead {
+            meta,
+            total: word(32),
+        })
+    }
+
+    /// The caller's bytes given to [`Store::save_image`].
+    pub fn extra(&self) -> &[u8] {
+        &self.meta.extra
+    }
+
+    /// Bytes of the whole image, as its header says.
+    pub fn total_bytes(&self) -> u64 {
+        self.total
+    }
+
+    /// Live items the image holds.
+    pub fn items(&self) -> u64 {
+        self.meta.shards.iter().map(|s| s.0).sum()
+    }
+
+    /// Read the rest of the image from `input` (positioned just after the meta
+    /// section, where [`ImageHead::read`] left it) into `store`, which must be new:
+    /// built and never written. Every part is checked before anything is installed;
+    /// on an error the store is left empty, and the memory given to segments read so
+    /// far goes back to the kernel.
+    pub fn load_into(self, store: &Store, input: &mut impl Read) -> Result<(), ImageError> {
+        let mut frozen = store.freeze();
+        let empty = frozen.pool.free.len() == frozen.pool.provisioned
+            && frozen.groups.iter().all(|g| g.is_none())
+            && frozen.shards.iter().all(|s| s.table.items() == 0)
+            && store.cas.0.load(Ordering::Relaxed) == 0;
+        if !empty {
+            return Err(ImageError::NotEmpty);
+        }
+        let meta = self.meta;
+        let mine = store.geometry();
+        if meta.geometry != mine {
+            return Err(ImageError::Geometry(format!(
+                "saved {:?}, this store {:?}",
+                meta.geometry, mine
+            )));
+        }
+        let used = meta.check_pool(store.segments.len(), store.segment_size)?;
+        let mut tables = Vec::with_capacity(meta.shards.len());
+        let mut buf = Vec::new();
+        for (i, &(_, _, buckets, crc)) in meta.shards.iter().enumerate() {
+            let len = usize::try_from(buckets)
+                .ok()
+                .and_then(|b| b.checked_mul(BUCKET_BYTES))
+                .ok_or(ImageError::Corrupt("bucket count"))?;
+            buf.resize(len, 0);
+            input.read_exact(&mut buf).map_err(truncated)?;
+            if crc32fast::hash(&buf) != crc {
+                return Err(ImageError::Checksum(format!("the index of shard {i}")));
+            }
+            let word = |at: usize| u64::from_le_bytes(buf[at..at + 8].try_into().unwrap());
+            let table = IndexTable::from_buckets(
+                buckets as usize,
+                |b| std::array::from_fn(|w| word((b * BUCKET_WORDS + w) * 8)),
+                |e| {
+                    let (seg, off) = unpack(e);
+                    used.get(seg as usize).is_some_and(|&u| off < u)
+                },
+            )
+            .ok_or(ImageError::Corrupt("index table"))?;
+            tables.push(table);
+        }
+        drop(buf);
+        let mut filled = Vec::with_capacity(meta.parts.len());
+        let read = (|| {
+            for &(seg, len, crc) in &meta.parts {
+                if len == 0 {
+                    continue;
+                }
+                store.allocate_segment(seg);
+                filled.push(seg);
+                // SAFETY: `seg` has memory now and `len` is at most its length
+                // (`check_pool`). The store is frozen and new: no item is indexed in
+                // it, no reservation is pending and none can be made, so nobody else
+                // reads or writes these bytes; the borrow ends in this iteration.
+                let bytes = unsafe { store.mem(seg).bytes_mut(0, len as usize) };
+                input.read_exact(bytes).map_err(truncated)?;
+                if crc32fast::hash(bytes) != crc {
+                    return Err(ImageError::Checksum(format!("segment {seg}")));
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = read {
+            for &seg in &filled {
+                // SAFETY: as above, nobody reads or writes the segment, which the free
+                // list still holds: its bytes may turn to zero.
+                unsafe { store.mem(seg).release() };
+            }
+            return Err(e);
+        }
+        if !store.time_log.restore(meta.time_log) {
+            return Err(ImageError::Corrupt("time log"));
+        }
+        // Everything checked: install.
+        for (shard, (table, &(items, bytes, _, _))) in frozen
+            .shards
+            .iter_mut()
+            .zip(tables.into_iter().zip(&meta.shards))
+        {
+            shard.table = table;
+            shard.stats = ShardStats {
+                curr_items: items,
+                bytes,
+                // memcached counts every item it links back as stored.
+                total_items: items,
+                ..ShardStats::default()
+            };
+            shard.sweep_bucket = 0;
+        }
+        for (s, &(live, base)) in store.segments.iter().zip(&meta.segments) {
+            s.live_bytes.store(live, Ordering::Release);
+            s.cas_base.store(base, Ordering::Relaxed);
+        }
+        for (g, open) in frozen.groups.iter_mut().zip(&meta.open) {
+            **g = *open;
+        }
+        frozen.pool.free = meta.free;
+        frozen.pool.sealed = meta.sealed.into_iter().collect();
+        frozen.pool.provisioned = meta.provisioned as usize;
+        frozen.pool.limit = meta.limit as usize;
+        store.seed.store(meta.seed, Ordering::Relaxed);
+        store.cas.0.store(meta.cas, Ordering::Relaxed);
+        store
+            .flush
+            .0
+            .oldest_cas
+            .store(meta.oldest_cas, Ordering::Release);
+        store
+            .flush
+            .0
+            .oldest_live
+            .store(meta.oldest_live, Ordering::Release);
+        store
+            .memory_limit
+            .store(meta.memory_limit as usize, Ordering::Relaxed);
+        // Dropping the guards publishes each new table to the lock-free peeks.
+        drop(frozen);
+        Ok(())
+    }
+}
+
+impl Meta {
+    /// Check the pool's bookkeeping against a table of `capacity` segments of `size`
+    /// bytes: every segment below `provisioned` is free, sealed or open, exactly once,
+    /// with no more bytes used than it has. Returns the bytes used of each segment
+    /// (0 for free ones and those past `provisioned`), which bound the index entries.
+    fn check_pool(&self, capacity: usize, size: usize) -> Result<Vec<u32>, ImageError> {
+        let provisioned = self.provisioned as usize;
+        if provisioned > capacity
+            || self.limit as usize > capacity
+            || self.segments.len() > capacity
+            || self.segments.len() < provisioned
+        {
+            return Err(ImageError::Geometry(format!(
+                "{provisioned} segments in use or free, {} in the saved table, {capacity} here",
+                self.segments.len()
+            )));
+        }
+        let mut seen = vec![false; provisioned];
+        let mut used = vec![0u32; capacity];
+        let mut mark = |seg: u32, bytes: u32| -> Result<(), ImageError> {
+            let at = seg as usize;
+            if at >= provisioned || seen[at] || bytes as usize > size {
+                return Err(ImageError::Corrupt("segment pool"));
+            }
+            seen[at] = true;
+            used[at] = bytes;
+            Ok(())
+        };
+        for &seg in &self.free {
+            mark(seg, 0)?;
+        }
+        for &(seg, bytes) in self.sealed.iter().chain(self.open.iter().flatten()) {
+            mark(seg, bytes)?;
+        }
+        if seen.iter().any(|&s| !s) {
+            return Err(ImageError::Corrupt("segment pool"));
+        }
+        let listed: Vec<(u32, u32)> = self.sealed.iter().chain(self.open.iter().flatten()).copied().collect();
+        let parts: Vec<(u32, u32)> = self.parts.iter().map(|p| (p.0, p.1)).collect();
+        if listed != parts || self.open.len() as u64 != self.geometry.groups {
+            return Err(ImageError::Corrupt("segment list"));
+        }
+        Ok(used)
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::new());
+        let g = &self.geometry;
+        for v in [g.segment_size, g.shards, g.groups, g.item_size_max, g.item_overhead] {
+            w.u64(v);
+        }
+        w.u64(self.seed);
+        w.u64(self.cas);
+        w.u32(self.oldest_live);
+        w.u64(self.oldest_cas);
+        w.u64(self.memory_limit);
+        w.u64(self.provisioned);
+        w.u64(self.limit);
+        w.u64(self.free.len() as u64);
+        self.free.iter().for_each(|&s| w.u32(s));
+        w.u64(self.sealed.len() as u64);
+        for &(s, u) in &self.sealed {
+            w.u32(s);
+            w.u32(u);
+        }
+        w.u64(self.open.len() as u64);
+        for open in &self.open {
+            let (present, (s, u)) = (open.is_some(), open.unwrap_or((0, 0)));
+            w.0.push(u8::from(present));
+            w.u32(s);
+            w.u32(u);
+        }
+        w.u64(self.segments.len() as u64);
+        for &(live, base) in &self.segments {
+            w.u64(live);
+            w.u64(base);
+        }
+        let t = &self.time_log;
+        w.u32(t.last);
+        w.u64(t.flush_cas);
+        w.u32(t.flush_after);
+        w.u64(t.thin_at as u64);
+        w.u64(t.marks.len() as u64);
+        for &(second, first) in &t.marks {
+            w.u32(second);
+            w.u64(first);
+        }
+        w.u64(self.shards.len() as u64);
+        for &(items, bytes, buckets, crc) in &self.shards {
+            w.u64(items);
+            w.u64(bytes);
+            w.u64(buckets);
+            w.u32(crc);
+        }
+        w.u64(self.parts.len() as u64);
+        for &(seg, used, crc) in &self.parts {
+            w.u32(seg);
+            w.u32(used);
+            w.u32(crc);
+        }
+        w.u64(self.extra.len() as u64);
+        w.0.extend_from_slice(&self.extra);
+        w.0
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Meta> {
+        let mut r = Reader(bytes);
+        let geometry = Geometry {
+            segment_size: r.u64()?,
+            shards: r.u64()?,
+            groups: r.u64()?,
+            item_size_max: r.u64()?,
+            item_overhead: r.u64()?,
+        };
+        let seed = r.u64()?;
+        let cas = r.u64()?;
+        let oldest_live = r.u32()?;
+        let oldest_cas = r.u64()?;
+        let memory_limit = r.u64()?;
+        let provisioned = r.u64()?;
+        let limit = r.u64()?;
+        let n = r.len(4)?;
+        let free = (0..n).map(|_| r.u32()).collect::<Option<_>>()?;
+        let n = r.len(8)?;
+        let sealed = (0..n).map(|_| Some((r.u32()?, r.u32()?))).collect::<Option<_>>()?;
+        let n = r.len(9)?;
+        let open = (0..n)
+            .map(|_| {
+                let present = r.u8()?;
+                let pair = (r.u32()?, r.u32()?);
+                match present {
+                    0 => Some(None),
+                    1 => Some(Some(pair)),
+                    _ => None,
+                }
+            })
+            .collect::<Option<_>>()?;
+        let n = r.len(16)?;
+        let segments = (0..n).map(|_| Some((r.u64()?, r.u64()?))).collect::<Option<_>>()?;
+        let last = r.u32()?;
+        let flush_cas = r.u64()?;
+        let flush_after = r.u32()?;
+        let thin_at = usize::try_from(r.u64()?).ok()?;
+        let n = r.len(12)?;
+        let marks = (0..n).map(|_| Some((r.u32()?, r.u64()?))).collect::<Option<_>>()?;
+        let n = r.len(28)?;
+        let shards: Vec<_> = (0..n)
+            .map(|_| Some((r.u64()?, r.u64()?, r.u64()?, r.u32()?)))
+            .collect::<Option<_>>()?;
+        let n = r.len(12)?;
+        let parts = (0..n)
+            .map(|_| Some((r.u32()?, r.u32()?, r.u32()?)))
+            .collect::<Option<_>>()?;
+        let n = r.len(1)?;
+        let extra = r.take(n)?.to_vec();
+        if !r.0.is_empty() || shards.len() as u64 != geometry.shards {
+            return None;
+        }
+        Some(Meta {
+            geometry,
+            seed,
+            cas,
+            oldest_live,
+            oldest_cas,
+            memory_limit,
+            provisioned,
+            limit,
+            free,
+            sealed,
+            open,
+            segments,
+            time_log: TimeLogState {
+                last,
+                flush_cas,
+                marks,
+                flush_after,
+                thin_at,
+            },
+            shards,
+            parts,
+            extra,
+        })
+    }
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    /// A count of records of `size` bytes each that the rest can hold.
+    fn len(&mut self, size: usize) -> Option<usize> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        (n.checked_mul(size)? <= self.0.len()).then_some(n)
+    }
+}
+
+#[cfg(test)]
+#[path = "image_tests.rs"]
+mod tests;
