@@ -26,7 +26,8 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::FileExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -125,25 +126,23 @@ fn check_saved(shared: &Shared, extra: &[u8]) -> Result<i64, String> {
     Ok(started)
 }
 
-/// Why FILE cannot be loaded, or the items it held once loaded into the store.
-fn load(shared: &Shared, path: &str) -> Result<u64, String> {
-    let file = match File::open(path) {
-        Ok(f) => f,
+/// Why FILE cannot be loaded, or the items it held once loaded into the store. The
+/// file is handed back open (when it could be opened), so that the caller can free
+/// its pages after it has marked the file in use, without making the start wait.
+fn load(shared: &Shared, path: &str, file: &mut Option<File>) -> Result<u64, String> {
+    let f = match File::open(path) {
+        Ok(f) => file.insert(f),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err("no memory file saved".into())
         }
         Err(e) => return Err(format!("cannot open it: {e}")),
     };
-    let len = file.metadata().map_err(|e| e.to_string())?.len();
-    let mut input = BufReader::with_capacity(1 << 20, file);
-    let head = match ImageHead::read(&mut input) {
+    let len = f.metadata().map_err(|e| e.to_string())?.len();
+    let head = match ImageHead::read(&*f) {
         Ok(head) => head,
         Err(storage::ImageError::NotAnImage) => {
             let mut start = vec![0u8; IN_USE_MAGIC.len()];
-            let marked = File::open(path)
-                .and_then(|mut f| f.read_exact(&mut start))
-                .is_ok()
-                && start == IN_USE_MAGIC;
+            let marked = f.read_exact_at(&mut start, 0).is_ok() && start == IN_USE_MAGIC;
             return Err(if marked {
                 "not saved: the server that used it stopped without saving (killed, \
                  crashed, or stopped by SIGTERM/SIGINT rather than SIGUSR1 or \
@@ -163,7 +162,10 @@ fn load(shared: &Shared, path: &str) -> Result<u64, String> {
     }
     let started = check_saved(shared, head.extra())?;
     let items = head.items();
-    head.load_into(&shared.store, &mut input)
+    // Nothing else runs yet: every CPU reads (a load is mostly first touches of
+    // fresh pages, which run in parallel).
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(16));
+    head.load_into(&shared.store, &*f, threads)
         .map_err(|e| format!("unusable image: {e}"))?;
     shared.clock.resume(started);
     Ok(items)
@@ -214,7 +216,8 @@ pub fn restore(shared: &Shared) -> Result<()> {
     // A save interrupted by a crash: never an image.
     let _ = fs::remove_file(tmp_path(path));
     let started = Instant::now();
-    match load(shared, path) {
+    let mut file = None;
+    match load(shared, path, &mut file) {
         Ok(items) => {
             if shared.settings.verbose > 0 {
                 eprintln!(
@@ -229,7 +232,16 @@ pub fn restore(shared: &Shared) -> Result<()> {
         out.write_all(IN_USE_MAGIC)?;
         writeln!(out, "pid {}", std::process::id())
     })
-    .with_context(|| format!("memory file {path}: cannot write it"))
+    .with_context(|| format!("memory file {path}: cannot write it"))?;
+    // The image's name is gone; its pages (on a RAM disk, the size of the cache) are
+    // freed when the last descriptor closes: on a thread of its own, so that serving
+    // does not wait for it.
+    if let Some(f) = file {
+        let _ = std::thread::Builder::new()
+            .name("restart-free".into())
+            .spawn(move || drop(f));
+    }
+    Ok(())
 }
 
 /// After a graceful stop, once every worker has finished: save the cache into the

@@ -30,7 +30,7 @@
 //! reservation needs a group lock, every write to a published item needs its shard's
 //! lock, and eviction and compaction run under a group lock. Value pins only read.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
@@ -315,31 +315,64 @@ fn push_bucket(buf: &mut Vec<u8>, words: [u64; BUCKET_WORDS]) {
     }
 }
 
+/// Where an image is read from: positioned reads, so that several threads can read its
+/// parts at once (a file, or bytes in memory).
+pub trait ImageSource: Sync {
+    /// Fill `buf` from byte `offset` on; `UnexpectedEof` when the source ends first.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+}
+
+impl ImageSource for std::fs::File {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
+    }
+}
+
+impl ImageSource for [u8] {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let from = usize::try_from(offset).unwrap_or(usize::MAX);
+        match self.get(from..).and_then(|rest| rest.get(..buf.len())) {
+            Some(bytes) => {
+                buf.copy_from_slice(bytes);
+                Ok(())
+            }
+            None => Err(io::ErrorKind::UnexpectedEof.into()),
+        }
+    }
+}
+
 /// An image's header and meta section, read and checked: what the caller checks of its
 /// own ([`ImageHead::extra`]) before [`ImageHead::load_into`] reads the rest.
 #[derive(Debug)]
 pub struct ImageHead {
     meta: Meta,
     total: u64,
+    /// Where the index's buckets start: the meta section's end.
+    parts_at: u64,
+}
+
+/// One part of an image to read back: a shard's buckets or a segment's bytes.
+#[derive(Clone, Copy)]
+enum Part {
+    Index { shard: usize, buckets: usize },
+    Segment { seg: u32, len: usize },
 }
 
 impl ImageHead {
-    /// Read and check the header and meta section from the start of an image.
-    pub fn read(input: &mut impl Read) -> Result<ImageHead, ImageError> {
-        let mut header = [0u8; IMAGE_HEADER_BYTES];
-        let mut got = 0;
-        while got < header.len() {
-            match input.read(&mut header[got..])? {
-                0 => break,
-                n => got += n,
+    /// Read and check the header and meta section of an image.
+    pub fn read(src: &(impl ImageSource + ?Sized)) -> Result<ImageHead, ImageError> {
+        let mut magic = [0u8; IMAGE_MAGIC.len()];
+        match src.read_exact_at(&mut magic, 0) {
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Err(ImageError::NotAnImage)
             }
+            read => read?,
         }
-        if got < IMAGE_MAGIC.len() || header[..8] != IMAGE_MAGIC {
+        if magic != IMAGE_MAGIC {
             return Err(ImageError::NotAnImage);
         }
-        if got < IMAGE_HEADER_BYTES {
-            return Err(ImageError::Truncated);
-        }
+        let mut header = [0u8; IMAGE_HEADER_BYTES];
+        src.read_exact_at(&mut header, 0).map_err(truncated)?;
         let word = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().unwrap());
         let half = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap());
         if half(40) != crc32fast::hash(&header[..40]) {
@@ -354,7 +387,8 @@ impl ImageHead {
             return Err(ImageError::Corrupt("meta section too long"));
         }
         let mut meta = vec![0u8; meta_len as usize];
-        input.read_exact(&mut meta).map_err(truncated)?;
+        src.read_exact_at(&mut meta, IMAGE_HEADER_BYTES as u64)
+            .map_err(truncated)?;
         if crc32fast::hash(&meta) != half(24) {
             return Err(ImageError::Checksum("the meta section".into()));
         }
@@ -362,6 +396,7 @@ impl ImageHead {
         Ok(ImageHead {
             meta,
             total: word(32),
+            parts_at: IMAGE_HEADER_BYTES as u64 + meta_len,
         })
     }
 
@@ -380,12 +415,17 @@ impl ImageHead {
         self.meta.shards.iter().map(|s| s.0).sum()
     }
 
-    /// Read the rest of the image from `input` (positioned just after the meta
-    /// section, where [`ImageHead::read`] left it) into `store`, which must be new:
-    /// built and never written. Every part is checked before anything is installed;
-    /// on an error the store is left empty, and the memory given to segments read so
-    /// far goes back to the kernel.
-    pub fn load_into(self, store: &Store, input: &mut impl Read) -> Result<(), ImageError> {
+    /// Read the rest of the image from `src` into `store`, which must be new: built and
+    /// never written. `threads` threads read the parts at once (the first touch of a
+    /// gigabyte of fresh pages is most of a load's time, and it runs in parallel).
+    /// Every part is checked before anything is installed; on an error the store is
+    /// left empty, and the memory given to segments read so far goes back to the kernel.
+    pub fn load_into(
+        self,
+        store: &Store,
+        src: &(impl ImageSource + ?Sized),
+        threads: usize,
+    ) -> Result<(), ImageError> {
         let mut frozen = store.freeze();
         let empty = frozen.pool.free.len() == frozen.pool.provisioned
             && frozen.groups.iter().all(|g| g.is_none())
@@ -403,69 +443,87 @@ impl ImageHead {
             )));
         }
         let used = meta.check_pool(store.segments.len(), store.segment_size)?;
-        let mut tables = Vec::with_capacity(meta.shards.len());
-        let mut buf = Vec::new();
-        for (i, &(_, _, buckets, crc)) in meta.shards.iter().enumerate() {
-            let len = usize::try_from(buckets)
+        // Every part with where it starts and its checksum, in file order.
+        let mut parts = Vec::with_capacity(meta.shards.len() + meta.parts.len());
+        let mut at = self.parts_at;
+        for (shard, &(_, _, buckets, crc)) in meta.shards.iter().enumerate() {
+            let buckets = usize::try_from(buckets)
                 .ok()
-                .and_then(|b| b.checked_mul(BUCKET_BYTES))
+                .filter(|b| b.checked_mul(BUCKET_BYTES).is_some())
                 .ok_or(ImageError::Corrupt("bucket count"))?;
-            buf.resize(len, 0);
-            input.read_exact(&mut buf).map_err(truncated)?;
-            if crc32fast::hash(&buf) != crc {
-                return Err(ImageError::Checksum(format!("the index of shard {i}")));
-            }
-            let word = |at: usize| u64::from_le_bytes(buf[at..at + 8].try_into().unwrap());
-            let table = IndexTable::from_buckets(
-                buckets as usize,
-                |b| std::array::from_fn(|w| word((b * BUCKET_WORDS + w) * 8)),
-                |e| {
-                    let (seg, off) = unpack(e);
-                    used.get(seg as usize).is_some_and(|&u| off < u)
-                },
-            )
-            .ok_or(ImageError::Corrupt("index table"))?;
-            tables.push(table);
+            parts.push((Part::Index { shard, buckets }, at, crc));
+            at += (buckets * BUCKET_BYTES) as u64;
         }
-        drop(buf);
-        let mut filled = Vec::with_capacity(meta.parts.len());
-        let read = (|| {
-            for &(seg, len, crc) in &meta.parts {
-                if len == 0 {
-                    continue;
+        for &(seg, len, crc) in &meta.parts {
+            parts.push((Part::Segment { seg, len: len as usize }, at, crc));
+            at += u64::from(len);
+        }
+        if at != self.total {
+            return Err(ImageError::Corrupt("part lengths"));
+        }
+        let tables: Vec<std::sync::Mutex<Option<IndexTable>>> =
+            (0..meta.shards.len()).map(|_| Default::default()).collect();
+        let filled = std::sync::Mutex::new(Vec::new());
+        let failed = std::sync::Mutex::new(None);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let read_parts = || {
+            let mut buf = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(part, at, crc)) = parts.get(i) else {
+                    return;
+                };
+                if failed.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+                    return;
                 }
-                store.allocate_segment(seg);
-                filled.push(seg);
-                // SAFETY: `seg` has memory now and `len` is at most its length
-                // (`check_pool`). The store is frozen and new: no item is indexed in
-                // it, no reservation is pending and none can be made, so nobody else
-                // reads or writes these bytes; the borrow ends in this iteration.
-                let bytes = unsafe { store.mem(seg).bytes_mut(0, len as usize) };
-                input.read_exact(bytes).map_err(truncated)?;
-                if crc32fast::hash(bytes) != crc {
-                    return Err(ImageError::Checksum(format!("segment {seg}")));
+                let done = match part {
+                    Part::Index { shard, buckets } => {
+                        read_table(src, at, buckets, crc, &used, &mut buf).map(|table| {
+                            *tables[shard].lock().unwrap_or_else(|e| e.into_inner()) = Some(table);
+                        })
+                    }
+                    Part::Segment { seg, len } => {
+                        if len > 0 {
+                            store.allocate_segment(seg);
+                            filled.lock().unwrap_or_else(|e| e.into_inner()).push(seg);
+                        }
+                        read_segment(store, src, seg, at, len, crc)
+                    }
+                };
+                if let Err(e) = done {
+                    failed.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+                    return;
                 }
             }
-            Ok(())
-        })();
-        if let Err(e) = read {
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..threads.max(1) {
+                scope.spawn(read_parts);
+            }
+            read_parts();
+        });
+        let filled = filled.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut failed = failed.into_inner().unwrap_or_else(|e| e.into_inner());
+        if failed.is_none() && !store.time_log.restore(meta.time_log) {
+            failed = Some(ImageError::Corrupt("time log"));
+        }
+        if let Some(e) = failed {
             for &seg in &filled {
-                // SAFETY: as above, nobody reads or writes the segment, which the free
-                // list still holds: its bytes may turn to zero.
+                // SAFETY: the store is frozen and new (see `read_segment`): nobody reads
+                // or writes the segment, which the free list still holds, so its bytes
+                // may turn to zero.
                 unsafe { store.mem(seg).release() };
             }
             return Err(e);
         }
-        if !store.time_log.restore(meta.time_log) {
-            return Err(ImageError::Corrupt("time log"));
-        }
         // Everything checked: install.
-        for (shard, (table, &(items, bytes, _, _))) in frozen
-            .shards
-            .iter_mut()
-            .zip(tables.into_iter().zip(&meta.shards))
+        for ((shard, table), &(items, bytes, _, _)) in
+            frozen.shards.iter_mut().zip(tables).zip(&meta.shards)
         {
-            shard.table = table;
+            shard.table = table
+                .into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .expect("every table was read");
             shard.stats = ShardStats {
                 curr_items: items,
                 bytes,
@@ -488,16 +546,9 @@ impl ImageHead {
         frozen.pool.limit = meta.limit as usize;
         store.seed.store(meta.seed, Ordering::Relaxed);
         store.cas.0.store(meta.cas, Ordering::Relaxed);
-        store
-            .flush
-            .0
-            .oldest_cas
-            .store(meta.oldest_cas, Ordering::Release);
-        store
-            .flush
-            .0
-            .oldest_live
-            .store(meta.oldest_live, Ordering::Release);
+        let flush = &store.flush.0;
+        flush.oldest_cas.store(meta.oldest_cas, Ordering::Release);
+        flush.oldest_live.store(meta.oldest_live, Ordering::Release);
         store
             .memory_limit
             .store(meta.memory_limit as usize, Ordering::Relaxed);
@@ -505,6 +556,59 @@ impl ImageHead {
         drop(frozen);
         Ok(())
     }
+}
+
+/// Read and check one shard's buckets at `at`, and build its table: every used slot
+/// must point inside the bytes its segment has in use (`used`).
+fn read_table(
+    src: &(impl ImageSource + ?Sized),
+    at: u64,
+    buckets: usize,
+    crc: u32,
+    used: &[u32],
+    buf: &mut Vec<u8>,
+) -> Result<IndexTable, ImageError> {
+    buf.resize(buckets * BUCKET_BYTES, 0);
+    src.read_exact_at(buf, at).map_err(truncated)?;
+    if crc32fast::hash(buf) != crc {
+        return Err(ImageError::Checksum(format!("index bytes at {at}")));
+    }
+    let word = |at: usize| u64::from_le_bytes(buf[at..at + 8].try_into().unwrap());
+    IndexTable::from_buckets(
+        buckets,
+        |b| std::array::from_fn(|w| word((b * BUCKET_WORDS + w) * 8)),
+        |e| {
+            let (seg, off) = unpack(e);
+            used.get(seg as usize).is_some_and(|&u| off < u)
+        },
+    )
+    .ok_or(ImageError::Corrupt("index table"))
+}
+
+/// Read and check segment `seg`'s first `len` bytes from `at`, straight into its memory
+/// (which the caller has given it).
+fn read_segment(
+    store: &Store,
+    src: &(impl ImageSource + ?Sized),
+    seg: u32,
+    at: u64,
+    len: usize,
+    crc: u32,
+) -> Result<(), ImageError> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: `seg` has memory and `len` is at most its length (`check_pool`). The
+    // store is frozen by the loader's thread for as long as this runs, and new: no item
+    // is indexed in it, no reservation is pending and none can be made, and each part
+    // is read by one thread, so nobody else reads or writes these bytes; the borrow
+    // ends with this call.
+    let bytes = unsafe { store.mem(seg).bytes_mut(0, len) };
+    src.read_exact_at(bytes, at).map_err(truncated)?;
+    if crc32fast::hash(bytes) != crc {
+        return Err(ImageError::Checksum(format!("segment {seg}")));
+    }
+    Ok(())
 }
 
 impl Meta {

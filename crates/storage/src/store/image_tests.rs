@@ -66,10 +66,10 @@ fn image_of(store: &Store, extra: &[u8]) -> Vec<u8> {
 }
 
 fn load(image: &[u8], into: &Store) -> Result<Vec<u8>, ImageError> {
-    let mut input = image;
-    let head = ImageHead::read(&mut input)?;
+    let head = ImageHead::read(image)?;
     let extra = head.extra().to_vec();
-    head.load_into(into, &mut input)?;
+    // Three threads: parts are read in parallel, in any order.
+    head.load_into(into, image, 3)?;
     Ok(extra)
 }
 
