@@ -66,7 +66,8 @@ pub use index::Located;
 pub use meta::{ItemMut, MetaArith, MetaStore};
 pub use pin::{Origin, ValuePin};
 pub use store::{
-    ImageError, ImageHead, ImageSource, ImageSummary, KeyHash, Peeked, Store, StoreBuilder, Visit, MEMCACHED_CAS_BYTES, PREFETCH_DISTANCE,
+    ImageError, ImageHead, ImageSource, ImageSummary, KeyHash, Peeked, Store, StoreBuilder, Visit,
+    MEMCACHED_CAS_BYTES, PREFETCH_DISTANCE,
 };
 
 /// Seconds of server uptime. The server's clock starts at 1, so 0 never means "now".

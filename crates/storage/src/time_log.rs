@@ -172,7 +172,10 @@ impl TimeLog {
     /// Put back a log [`TimeLog::export`] gave; false (nothing changed) when it is not
     /// one a log could hold: no pairs, or seconds or ids that do not grow.
     pub fn restore(&self, state: TimeLogState) -> bool {
-        let grows = state.marks.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1);
+        let grows = state
+            .marks
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1);
         if state.marks.is_empty() || !grows {
             return false;
         }

@@ -228,7 +228,13 @@ impl Store {
         }
         let parts: Vec<(u32, u32, u32)> = parts
             .into_iter()
-            .map(|(seg, used)| (seg, used, crc32fast::hash(self.frozen_bytes(&frozen, seg, used))))
+            .map(|(seg, used)| {
+                (
+                    seg,
+                    used,
+                    crc32fast::hash(self.frozen_bytes(&frozen, seg, used)),
+                )
+            })
             .collect();
         let log = self.time_log.export();
         let meta = Meta {
@@ -455,7 +461,14 @@ impl ImageHead {
             at += (buckets * BUCKET_BYTES) as u64;
         }
         for &(seg, len, crc) in &meta.parts {
-            parts.push((Part::Segment { seg, len: len as usize }, at, crc));
+            parts.push((
+                Part::Segment {
+                    seg,
+                    len: len as usize,
+                },
+                at,
+                crc,
+            ));
             at += u64::from(len);
         }
         if at != self.total {
@@ -491,7 +504,10 @@ impl ImageHead {
                     }
                 };
                 if let Err(e) = done {
-                    failed.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+                    failed
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get_or_insert(e);
                     return;
                 }
             }
@@ -648,7 +664,12 @@ impl Meta {
         if seen.iter().any(|&s| !s) {
             return Err(ImageError::Corrupt("segment pool"));
         }
-        let listed: Vec<(u32, u32)> = self.sealed.iter().chain(self.open.iter().flatten()).copied().collect();
+        let listed: Vec<(u32, u32)> = self
+            .sealed
+            .iter()
+            .chain(self.open.iter().flatten())
+            .copied()
+            .collect();
         let parts: Vec<(u32, u32)> = self.parts.iter().map(|p| (p.0, p.1)).collect();
         if listed != parts || self.open.len() as u64 != self.geometry.groups {
             return Err(ImageError::Corrupt("segment list"));
@@ -659,7 +680,13 @@ impl Meta {
     fn encode(&self) -> Vec<u8> {
         let mut w = Writer(Vec::new());
         let g = &self.geometry;
-        for v in [g.segment_size, g.shards, g.groups, g.item_size_max, g.item_overhead] {
+        for v in [
+            g.segment_size,
+            g.shards,
+            g.groups,
+            g.item_size_max,
+            g.item_overhead,
+        ] {
             w.u64(v);
         }
         w.u64(self.seed);
@@ -735,7 +762,9 @@ impl Meta {
         let n = r.len(4)?;
         let free = (0..n).map(|_| r.u32()).collect::<Option<_>>()?;
         let n = r.len(8)?;
-        let sealed = (0..n).map(|_| Some((r.u32()?, r.u32()?))).collect::<Option<_>>()?;
+        let sealed = (0..n)
+            .map(|_| Some((r.u32()?, r.u32()?)))
+            .collect::<Option<_>>()?;
         let n = r.len(9)?;
         let open = (0..n)
             .map(|_| {
@@ -749,13 +778,17 @@ impl Meta {
             })
             .collect::<Option<_>>()?;
         let n = r.len(16)?;
-        let segments = (0..n).map(|_| Some((r.u64()?, r.u64()?))).collect::<Option<_>>()?;
+        let segments = (0..n)
+            .map(|_| Some((r.u64()?, r.u64()?)))
+            .collect::<Option<_>>()?;
         let last = r.u32()?;
         let flush_cas = r.u64()?;
         let flush_after = r.u32()?;
         let thin_at = usize::try_from(r.u64()?).ok()?;
         let n = r.len(12)?;
-        let marks = (0..n).map(|_| Some((r.u32()?, r.u64()?))).collect::<Option<_>>()?;
+        let marks = (0..n)
+            .map(|_| Some((r.u32()?, r.u64()?)))
+            .collect::<Option<_>>()?;
         let n = r.len(28)?;
         let shards: Vec<_> = (0..n)
             .map(|_| Some((r.u64()?, r.u64()?, r.u64()?, r.u32()?)))

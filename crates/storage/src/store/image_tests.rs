@@ -12,7 +12,9 @@ type Items = BTreeMap<Vec<u8>, (Vec<u8>, u32, u64, u32)>;
 const NOW: u32 = 100;
 
 fn builder() -> crate::StoreBuilder {
-    Store::builder().memory_limit(8 << 20).item_size_max(1 << 20)
+    Store::builder()
+        .memory_limit(8 << 20)
+        .item_size_max(1 << 20)
 }
 
 fn items(store: &Store) -> Items {
@@ -41,13 +43,27 @@ fn filled() -> Store {
         let value = format!("value-{i}-{}", "x".repeat((i % 50) as usize));
         let exptime = if i % 3 == 0 { 0 } else { NOW + 1000 + i };
         assert_eq!(
-            store.store(StoreMode::Set, key.as_bytes(), i % 7, exptime, value.as_bytes(), NOW),
+            store.store(
+                StoreMode::Set,
+                key.as_bytes(),
+                i % 7,
+                exptime,
+                value.as_bytes(),
+                NOW
+            ),
             StoreOutcome::Stored
         );
     }
     for i in 0..20u32 {
         let value = vec![b'a' + (i % 26) as u8; 100_000 + i as usize * 1000];
-        store.store(StoreMode::Set, format!("large:{i}").as_bytes(), 9, 0, &value, NOW);
+        store.store(
+            StoreMode::Set,
+            format!("large:{i}").as_bytes(),
+            9,
+            0,
+            &value,
+            NOW,
+        );
     }
     for i in (0..30_000u32).step_by(11) {
         store.delete(format!("key:{i}").as_bytes(), NOW);
@@ -89,7 +105,13 @@ fn a_loaded_image_serves_every_item_as_it_was() {
     assert_eq!(after.bytes, stats.bytes);
     assert_eq!(after.total_items, stats.curr_items);
     assert_eq!(after.segments_used, stats.segments_used);
-    assert_eq!(fresh.get(b"counter", NOW, |i| i.value.to_vec()).hit().unwrap(), b"42");
+    assert_eq!(
+        fresh
+            .get(b"counter", NOW, |i| i.value.to_vec())
+            .hit()
+            .unwrap(),
+        b"42"
+    );
 
     // CAS ids go on from where they were, and the store keeps working: new items,
     // overwrites, and enough writes to evict, with every hit intact.
@@ -98,7 +120,14 @@ fn a_loaded_image_serves_every_item_as_it_was() {
     assert!(cas > max_cas);
     for i in 0..60_000u32 {
         let value = format!("later-{i}");
-        fresh.store(StoreMode::Set, format!("later:{i}").as_bytes(), 0, 0, value.as_bytes(), NOW + 2);
+        fresh.store(
+            StoreMode::Set,
+            format!("later:{i}").as_bytes(),
+            0,
+            0,
+            value.as_bytes(),
+            NOW + 2,
+        );
     }
     for (k, v) in items(&fresh) {
         if let Some(old) = before.get(&k) {
@@ -136,7 +165,10 @@ fn a_damaged_image_is_refused_and_leaves_the_store_empty() {
     let store = filled();
     let image = image_of(&store, b"x");
     let step = image.len() / 97;
-    for at in (0..image.len()).step_by(step).chain([image.len() - 1, 9, 20, 60]) {
+    for at in (0..image.len())
+        .step_by(step)
+        .chain([image.len() - 1, 9, 20, 60])
+    {
         let mut bad = image.clone();
         bad[at] ^= 0x10;
         let fresh = builder().build().unwrap();
@@ -149,7 +181,10 @@ fn a_damaged_image_is_refused_and_leaves_the_store_empty() {
             "flip at {at}: {err}"
         );
         assert_eq!(fresh.stats().curr_items, 0);
-        assert_eq!(fresh.store(StoreMode::Set, b"k", 0, 0, b"v", NOW), StoreOutcome::Stored);
+        assert_eq!(
+            fresh.store(StoreMode::Set, b"k", 0, 0, b"v", NOW),
+            StoreOutcome::Stored
+        );
         assert!(fresh.get(b"k", NOW, |_| ()).is_hit());
     }
 }
@@ -157,7 +192,14 @@ fn a_damaged_image_is_refused_and_leaves_the_store_empty() {
 #[test]
 fn a_truncated_image_is_refused() {
     let image = image_of(&filled(), b"");
-    for len in [0, 5, 30, IMAGE_HEADER_BYTES + 3, image.len() / 2, image.len() - 1] {
+    for len in [
+        0,
+        5,
+        30,
+        IMAGE_HEADER_BYTES + 3,
+        image.len() / 2,
+        image.len() - 1,
+    ] {
         let fresh = builder().build().unwrap();
         let err = load(&image[..len], &fresh).expect_err(&format!("cut at {len}"));
         assert!(
@@ -206,5 +248,8 @@ fn an_empty_store_round_trips() {
     let fresh = builder().build().unwrap();
     load(&image_of(&store, b""), &fresh).unwrap();
     assert_eq!(fresh.stats().curr_items, 0);
-    assert_eq!(fresh.store(StoreMode::Set, b"k", 0, 0, b"v", NOW), StoreOutcome::Stored);
+    assert_eq!(
+        fresh.store(StoreMode::Set, b"k", 0, 0, b"v", NOW),
+        StoreOutcome::Stored
+    );
 }

@@ -40,7 +40,10 @@ pub use builder::{
     StoreBuilder, DEFAULT_ITEM_SIZE_MAX_BYTES, DEFAULT_MEMORY_LIMIT_BYTES, MAX_ITEM_SIZE_MAX_BYTES,
     MEMCACHED_CAS_BYTES, MEMCACHED_ITEM_OVERHEAD_BYTES, MIN_ITEM_SIZE_MAX_BYTES, MIN_SEGMENT_BYTES,
 };
-pub use image::{image_fingerprint, ImageError, ImageHead, ImageSource, ImageSummary, IMAGE_HEADER_BYTES, IMAGE_MAGIC};
+pub use image::{
+    image_fingerprint, ImageError, ImageHead, ImageSource, ImageSummary, IMAGE_HEADER_BYTES,
+    IMAGE_MAGIC,
+};
 pub use read::{KeyHash, Peeked, Visit, PREFETCH_DISTANCE};
 pub(crate) use write::{DeltaResult, WholeExtra, SPAN_SLACK_IDS};
 
