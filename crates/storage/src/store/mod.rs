@@ -17,6 +17,7 @@
 //! | `write.rs`   | set/add/replace/cas/append/prepend, delete, touch, incr/decr, flush   |
 //! | `record.rs`  | the accessors of records in segment memory: the `unsafe` of records   |
 //! | `image.rs`   | memory images: the whole store saved and loaded back (warm restart)   |
+//! | `image_meta.rs` | an image's meta section: the store's state as fields, the pool checks |
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -30,6 +31,7 @@ use crate::{Lookup, RelTime, StoreStats};
 
 mod builder;
 mod image;
+mod image_meta;
 mod read;
 mod record;
 #[cfg(test)]
