@@ -470,3 +470,17 @@ fn a_restart_while_clients_keep_reconnecting_loses_nothing() {
         assert_eq!(reply, want);
     }
 }
+
+/// Without `-e`, `stats settings` shows what memcached's `%s` of its NULL setting prints.
+#[test]
+fn memory_file_without_e_reads_as_memcached_prints_it() {
+    for kind in [ServerKind::Ferrocache, ServerKind::Memcached] {
+        let server = ServerProcess::start(kind, &["-U", "0"]);
+        assert_eq!(
+            server.stats("settings")["memory_file"],
+            "(null)",
+            "{}",
+            server.describe()
+        );
+    }
+}
