@@ -5,8 +5,12 @@
 //! LRU tuning) are accepted, echoed in `stats settings`, and have no effect;
 //! `docs/operations.md` lists them. An unknown flag is an error.
 
+pub mod tls;
+
 use anyhow::{bail, Context, Result};
 use clap::{ArgAction, Parser};
+
+pub use tls::{ListenSpec, TlsOptions, VerifyMode};
 
 /// The version string `version` and `stats` report: memcached's protocol
 /// level first, so that clients which parse it for features keep working.
@@ -170,6 +174,10 @@ struct Args {
     /// Extended options, comma separated (idle_timeout=N, maxconns_fast, ...)
     #[arg(short = 'o', long = "extended")]
     extended: Vec<String>,
+    /// Enable TLS on TCP listeners (-o ssl_chain_cert=FILE,ssl_key=FILE; -l notls:ADDR
+    /// keeps a listener plain)
+    #[arg(short = 'Z', long = "enable-ssl")]
+    enable_ssl: bool,
 }
 
 /// memcached `-o` options that tune its own internals. They are accepted and
@@ -196,7 +204,6 @@ const INERT_OPTIONS: &[&str] = &[
     "no_inline_ascii_resp",
     "drop_privileges",
     "no_drop_privileges",
-    "ssl_session_cache",
     "large_memory_pages",
     "ext_path",
 ];
@@ -292,8 +299,11 @@ pub struct Settings {
     pub daemonize: bool,
     /// `-r`: raise the core file size limit.
     pub max_core: bool,
-    /// Every `-o` option as given, for `stats settings`.
+    /// Every `-o` option as given, for `stats settings` (the `ssl_*` ones are in
+    /// `tls` instead).
     pub extended: Vec<(String, String)>,
+    /// `-Z` and `-o ssl_*` (`config/tls.rs`).
+    pub tls: TlsOptions,
     /// `-e`: the memory file of a warm restart (`state/restart.rs`).
     pub memory_file: Option<String>,
 }
@@ -466,9 +476,16 @@ impl Settings {
 
         let mut extended = Vec::new();
         let mut idle_timeout_secs = 0;
+        let mut tls = TlsOptions {
+            enabled: a.enable_ssl,
+            ..TlsOptions::default()
+        };
         for group in &a.extended {
             for opt in group.split(',').filter(|s| !s.is_empty()) {
                 let (key, value) = opt.split_once('=').unwrap_or((opt, ""));
+                if tls.set(key, opt.split_once('=').map(|(_, v)| v))? {
+                    continue;
+                }
                 if !INERT_OPTIONS.contains(&key) && !TUNABLE_OPTIONS.contains(&key) {
                     bail!("Illegal suboption \"{opt}\"");
                 }
@@ -480,17 +497,25 @@ impl Settings {
                 extended.push((key.to_string(), value.to_string()));
             }
         }
+        if tls.enabled && a.port == 0 {
+            bail!("ERROR: You cannot enable SSL without a TCP port.");
+        }
+        let listen: Vec<String> = a
+            .listen
+            .iter()
+            .flat_map(|l| l.split([',', ';']))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+        for entry in &listen {
+            ListenSpec::parse(entry, tls.enabled)?;
+        }
         Ok(Settings {
+            tls,
             port: a.port,
             udp_port: a.udp_port,
-            listen: a
-                .listen
-                .iter()
-                .flat_map(|l| l.split(','))
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(String::from)
-                .collect(),
+            listen,
             unix_socket: a.unix_socket,
             unix_mask,
             user: a.user,

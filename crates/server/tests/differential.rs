@@ -477,6 +477,31 @@ fn random_streams_without_cas() {
     );
 }
 
+/// The random streams over TLS on both servers (`-Z`, memcached's OpenSSL against
+/// rustls). Each step goes in one write, so in one record, and values are short:
+/// memcached stalls when a read leaves decrypted bytes in OpenSSL's buffer (it waits
+/// for the socket to be readable again), which a step of several records or larger
+/// than its read buffer does, so such steps time out on memcached, not on ferrocache
+/// (`docs/protocol.md`). The TLS tests in `tls.rs` cover large values and requests
+/// split across records.
+#[test]
+fn random_streams_over_tls() {
+    let count = common::env_u64("FERRO_DIFF_STREAMS", 150);
+    let args: Vec<&'static str> = common::tls::server_args("")
+        .into_iter()
+        .map(|a| &*Box::leak(a.into_boxed_str()))
+        .collect();
+    run_streams(
+        gen::stream_small_values,
+        "random_streams_over_tls",
+        base_seed(),
+        6 << 32,
+        count,
+        Writes::Whole,
+        Box::leak(args.into_boxed_slice()),
+    );
+}
+
 /// A server's clock as `stats` shows it (`time`: unix seconds by the server's own clock,
 /// the one items are stamped with).
 fn server_time(side: &Side) -> u64 {

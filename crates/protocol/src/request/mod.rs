@@ -266,6 +266,10 @@ pub enum Request<'a> {
     },
     Version,
     Quit,
+    /// `refresh_certs [noreply]`: reload the TLS certificate and key.
+    RefreshCerts {
+        noreply: bool,
+    },
     /// `shutdown [graceful]`
     Shutdown {
         graceful: bool,

@@ -80,6 +80,9 @@ pub fn parse_request(line: &[u8]) -> Request<'_> {
             },
         },
         (9, b"verbosity") => parse_verbosity(&t),
+        (13, b"refresh_certs") => Request::RefreshCerts {
+            noreply: t.last_is_noreply(),
+        },
         (14, b"cache_memlimit") | (8, b"memlimit") => parse_memlimit(&t),
         (11, b"lru_crawler") if ntokens == 4 && t.get(1) == b"metadump" => {
             parse_dump_classes(t.get(2))
@@ -603,6 +606,14 @@ mod tests {
         );
         assert!(matches!(req("version"), Request::Version));
         assert!(matches!(req("quit"), Request::Quit));
+        assert!(matches!(
+            req("refresh_certs"),
+            Request::RefreshCerts { noreply: false }
+        ));
+        assert!(matches!(
+            req("refresh_certs noreply"),
+            Request::RefreshCerts { noreply: true }
+        ));
         assert!(matches!(req("mn"), Request::MetaNoop));
         assert!(matches!(req("stats"), Request::Stats(StatsGroup::General)));
         assert_eq!(invalid_reply("stats foo"), Some((ErrorReply::Error, false)));

@@ -1,9 +1,10 @@
 //! The registries and services beside the request path: the expired-item crawler,
-//! `stats detail`'s per-prefix counters, `stats conns`, and the two authentication
-//! schemes (SASL for binary, `-Y` for text). None of them knows about `Shared`.
+//! `stats detail`'s per-prefix counters, `stats conns`, the two authentication
+//! schemes (SASL for binary, `-Y` for text), and the TLS configuration. None of them knows about `Shared`.
 
 pub mod auth;
 pub mod conns;
 pub mod crawler;
 pub mod prefix;
 pub mod sasl;
+pub mod tls;

@@ -19,6 +19,7 @@ use mio::{Events, Interest, Poll, Token};
 use crate::config::IoBackend;
 use crate::io::net::{Listener, Stream};
 use crate::io::spin::AdaptiveSpin;
+use crate::io::tls::{self, Failure, TlsConn};
 use crate::io::udp::UdpEndpoint;
 use crate::io::worker::{
     admit, clear_wake, grow_table, table_grew, BufferScan, IdleScan, SCAN_PERIOD,
@@ -44,6 +45,8 @@ struct Client {
     entry: Arc<crate::admin::conns::Entry>,
     /// Registered for writable events because output is pending.
     want_write: bool,
+    /// The TLS session of a connection accepted on a TLS listener (`-Z`).
+    tls: Option<Box<TlsConn>>,
 }
 
 pub(crate) struct Worker {
@@ -67,6 +70,8 @@ pub(crate) struct Worker {
     spin: Option<AdaptiveSpin>,
     /// Requests parsed ahead, lent to each connection's `process` call.
     ahead: Ahead,
+    /// Where TLS connections' ciphertext is received (empty without TLS listeners).
+    scratch: Vec<u8>,
 }
 
 impl Worker {
@@ -89,6 +94,11 @@ impl Worker {
                 .register(&mut u.socket, Token(UDP_BASE + i), Interest::READABLE)?;
         }
         let (splices, splice_min) = Splices::for_worker(&shared.settings, IoBackend::Epoll);
+        let scratch = if listeners.iter().any(Listener::is_tls) {
+            vec![0; tls::SCRATCH_BYTES]
+        } else {
+            Vec::new()
+        };
         Ok(Worker {
             poll,
             listeners,
@@ -100,6 +110,7 @@ impl Worker {
             splice_min,
             spin: AdaptiveSpin::new(shared.settings.busy_poll_us),
             ahead: Ahead::default(),
+            scratch,
             shared,
             stats,
             wake,
@@ -189,6 +200,9 @@ impl Worker {
                     }
                 }
                 buffers::publish();
+                if !self.scratch.is_empty() {
+                    self.expire_handshakes(now);
+                }
             }
         }
     }
@@ -234,7 +248,20 @@ impl Worker {
                 self.free.push(idx);
                 continue;
             }
-            let entry = self.shared.conns.accepted(&stream, self.shared.clock.now());
+            let now = self.shared.clock.now();
+            let tls = match (&self.shared.tls, self.listeners[listener].is_tls()) {
+                (Some(t), true) => match TlsConn::new(t, now) {
+                    Ok(session) => Some(session),
+                    Err(_) => {
+                        let _ = self.poll.registry().deregister(&mut stream);
+                        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                        self.free.push(idx);
+                        continue;
+                    }
+                },
+                _ => None,
+            };
+            let entry = self.shared.conns.accepted(&stream, now);
             let mut conn = Conn::new();
             conn.set_fd(stream.as_fd().as_raw_fd());
             self.clients[idx] = Some(Client {
@@ -242,6 +269,7 @@ impl Worker {
                 conn,
                 entry,
                 want_write: false,
+                tls,
             });
             // Data may already be waiting (edge-triggered: drive once now).
             self.drive(idx);
@@ -272,53 +300,44 @@ impl Worker {
 
     /// Read, execute and write for one connection.
     fn drive(&mut self, idx: usize) {
+        let Some(client) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        // Values go through the TLS session, never in place from the store.
+        let in_place = client.tls.is_none();
         let exec = Exec {
             shared: &self.shared,
             stats: &self.stats,
             sink: crate::reply::Sink {
                 message_ends: None,
-                splices: self.splices.as_ref(),
-                splice_min: self.splice_min,
+                splices: self.splices.as_ref().filter(|_| in_place),
+                splice_min: if in_place { self.splice_min } else { usize::MAX },
             },
-        };
-        let Some(client) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
-            return;
         };
         loop {
             // Read until the socket is drained (a short read means it is),
             // unless output is backed up or much input is already waiting.
-            let mut drained = false;
-            let mut eof = false;
-            let mut read_any = false;
-            while !client.conn.output_blocked() && client.conn.buffered() < client.conn.read_limit()
-            {
-                let space = client.conn.read_space();
-                let want = space.len();
-                match client.stream.read(space) {
-                    Ok(0) => {
-                        eof = true;
-                        break;
-                    }
-                    Ok(n) => {
-                        client.conn.filled(n);
-                        bump(&self.stats.bytes_read, n as u64);
-                        read_any = true;
-                        if n < want {
-                            drained = true;
-                            break;
+            let (read_any, drained, eof) = match client.tls.as_mut() {
+                None => read_plain(&mut client.stream, &mut client.conn, &self.stats),
+                Some(t) => {
+                    let Some(ctx) = self.shared.tls.as_ref() else {
+                        return;
+                    };
+                    match t.receive(&mut client.stream, &mut self.scratch, &mut client.conn, ctx) {
+                        Ok(got) => {
+                            bump(&self.stats.bytes_read, got.plain as u64);
+                            (got.bytes > 0, got.drained, got.eof)
+                        }
+                        Err(failure) => {
+                            if failure == Failure::Alert {
+                                let _ = t.send(&mut client.stream);
+                            }
+                            self.close(idx);
+                            return;
                         }
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        drained = true;
-                        break;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => {
-                        eof = true;
-                        break;
-                    }
                 }
-            }
+            };
             if read_any {
                 client.entry.touch(self.shared.clock.now());
             }
@@ -348,8 +367,27 @@ impl Worker {
                     }
                 }
             }
+            if let Some(t) = client.tls.as_mut() {
+                // Seal the replies into records and send them: one vectored send per
+                // socket-full, sealing more while the session takes them.
+                if status == Status::CloseAfterWrite {
+                    t.seal(&mut client.conn);
+                    t.close_notify();
+                }
+                loop {
+                    let sealed = t.seal(&mut client.conn);
+                    bump(&self.stats.bytes_written, sealed as u64);
+                    if t.send(&mut client.stream).is_err() {
+                        self.close(idx);
+                        return;
+                    }
+                    if t.wants_write() || client.conn.output().is_empty() || sealed == 0 {
+                        break;
+                    }
+                }
+            }
             // One write for every reply of this wake-up.
-            while !client.conn.output().is_empty() {
+            while !client.conn.output().is_empty() && client.tls.is_none() {
                 match client.stream.write(client.conn.output()) {
                     Ok(n) => {
                         client.conn.written(n);
@@ -367,7 +405,8 @@ impl Worker {
                     }
                 }
             }
-            let pending = !client.conn.output().is_empty();
+            let pending = !client.conn.output().is_empty()
+                || client.tls.as_ref().is_some_and(|t| t.wants_write());
             if eof || (status == Status::CloseAfterWrite && !pending) {
                 // On EOF memcached closes too, dropping replies it could not write.
                 self.close(idx);
@@ -410,6 +449,22 @@ impl Worker {
         }
     }
 
+    /// Close the connections whose TLS handshake ran out of time.
+    fn expire_handshakes(&mut self, now: u32) {
+        for idx in 0..self.clients.len() {
+            let expired = self.clients[idx]
+                .as_ref()
+                .and_then(|c| c.tls.as_ref())
+                .is_some_and(|t| t.handshake_expired(now));
+            if expired {
+                if let Some(tls) = &self.shared.tls {
+                    tls.handshake_errors.fetch_add(1, Ordering::Relaxed);
+                }
+                self.close(idx);
+            }
+        }
+    }
+
     /// Stop accepting, give every client its pending replies, close all.
     fn shutdown(&mut self) {
         for l in &mut self.listeners {
@@ -418,7 +473,12 @@ impl Worker {
         self.listeners.clear();
         for idx in 0..self.clients.len() {
             if let Some(client) = self.clients[idx].as_mut() {
-                if !client.conn.output().is_empty() {
+                if let Some(t) = client.tls.as_mut() {
+                    // Records the socket did not take yet: best effort, no waiting.
+                    t.seal(&mut client.conn);
+                    t.close_notify();
+                    let _ = t.send(&mut client.stream);
+                } else if !client.conn.output().is_empty() {
                     let out = client.conn.output();
                     let _ = client
                         .stream
@@ -428,4 +488,41 @@ impl Worker {
             self.close(idx);
         }
     }
+}
+
+/// Read a plain connection's socket into its input until the socket is drained (a
+/// short read means it is), the output is backed up, or much input is waiting.
+/// Returns whether anything was read, whether the socket was drained, and end of
+/// stream.
+fn read_plain(stream: &mut Stream, conn: &mut Conn, stats: &WorkerStats) -> (bool, bool, bool) {
+    let (mut read_any, mut drained, mut eof) = (false, false, false);
+    while !conn.output_blocked() && conn.buffered() < conn.read_limit() {
+        let space = conn.read_space();
+        let want = space.len();
+        match stream.read(space) {
+            Ok(0) => {
+                eof = true;
+                break;
+            }
+            Ok(n) => {
+                conn.filled(n);
+                bump(&stats.bytes_read, n as u64);
+                read_any = true;
+                if n < want {
+                    drained = true;
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                drained = true;
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => {
+                eof = true;
+                break;
+            }
+        }
+    }
+    (read_any, drained, eof)
 }

@@ -24,19 +24,24 @@ use socket2::{Protocol, Type};
 
 use crate::config::IoBackend;
 use crate::io::epoll::Worker;
+use crate::config::ListenSpec;
 use crate::io::net::{bind_tcp, bind_unix, Listener};
 use crate::io::udp::{bind_udp, UdpEndpoint};
 use crate::state::Shared;
 
-/// Resolve `-l` entries with the port into socket addresses.
-fn listen_addrs(shared: &Shared) -> Result<Vec<SocketAddr>> {
+/// Resolve `-l` entries (`-p` unless the entry names its port) into socket addresses,
+/// each with whether its TCP listener speaks TLS: all of them under `-Z`, but those
+/// given as `notls:ADDR`.
+fn listen_addrs(shared: &Shared) -> Result<Vec<(SocketAddr, bool)>> {
     let mut addrs = Vec::new();
-    for host in &shared.settings.listen {
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let found = (host, shared.settings.port)
+    let tls = shared.settings.tls.enabled;
+    for entry in &shared.settings.listen {
+        let spec = ListenSpec::parse(entry, tls)?;
+        let port = spec.port.unwrap_or(shared.settings.port);
+        let found = (spec.host.as_str(), port)
             .to_socket_addrs()
-            .with_context(|| format!("failed to resolve listen address {host}"))?;
-        addrs.extend(found);
+            .with_context(|| format!("failed to resolve listen address {}", spec.host))?;
+        addrs.extend(found.map(|a| (a, tls && !spec.notls)));
     }
     if addrs.is_empty() {
         bail!("no listen address");
@@ -64,7 +69,7 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
         }
         return Ok(per_worker);
     }
-    for base in listen_addrs(shared)? {
+    for (base, tls) in listen_addrs(shared)? {
         if settings.port != 0 {
             let mut addr = base;
             if addr.port() != 0 {
@@ -75,10 +80,15 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
                 if addr.port() == 0 {
                     addr.set_port(l.local_addr()?.port());
                 }
-                listeners.push(Listener::Tcp(l));
+                listeners.push(if tls {
+                    Listener::Tls(l)
+                } else {
+                    Listener::Tcp(l)
+                });
             }
             if settings.pin {
-                if let Some(Listener::Tcp(first)) = per_worker[0].0.last() {
+                if let Some(Listener::Tcp(first) | Listener::Tls(first)) = per_worker[0].0.last()
+                {
                     let workers = settings.threads as u32;
                     if let Err(e) =
                         crate::sys::attach_reuseport_cpu_steering(first.as_raw_fd(), workers)
@@ -88,7 +98,8 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
                 }
             }
             if settings.verbose > 0 {
-                eprintln!("ferrocache: listening on {addr} (TCP)");
+                let kind = if tls { "TLS" } else { "TCP" };
+                eprintln!("ferrocache: listening on {addr} ({kind})");
             }
         }
         if settings.udp_port != 0 {

@@ -14,6 +14,7 @@ pub mod epoll;
 pub mod launch;
 pub mod net;
 pub mod spin;
+pub(crate) mod tls;
 pub mod udp;
 pub mod uring;
 pub mod worker;

@@ -19,6 +19,8 @@ use socket2::{Domain, Protocol, SockRef, Socket, Type};
 /// A listening socket.
 pub enum Listener {
     Tcp(TcpListener),
+    /// TCP whose connections speak TLS (`-Z`; `io/tls.rs`).
+    Tls(TcpListener),
     Unix(UnixListener),
 }
 
@@ -122,7 +124,7 @@ impl Listener {
     /// Accept one connection.
     pub fn accept(&self) -> io::Result<Stream> {
         match self {
-            Listener::Tcp(l) => {
+            Listener::Tcp(l) | Listener::Tls(l) => {
                 let (s, _) = l.accept()?;
                 let _ = s.set_nodelay(true);
                 Ok(Stream::Tcp(s))
@@ -139,15 +141,25 @@ impl Listener {
                 let std_listener: std::os::unix::net::UnixListener = fd.into();
                 Ok(Listener::Unix(UnixListener::from_std(std_listener)))
             }
-            Listener::Tcp(_) => Err(io::Error::other("TCP listeners are bound per worker")),
+            Listener::Tcp(_) | Listener::Tls(_) => {
+                Err(io::Error::other("TCP listeners are bound per worker"))
+            }
         }
+    }
+}
+
+impl Listener {
+    /// Whether its connections speak TLS.
+    #[must_use]
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Listener::Tls(_))
     }
 }
 
 impl std::os::fd::AsFd for Listener {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         match self {
-            Listener::Tcp(l) => l.as_fd(),
+            Listener::Tcp(l) | Listener::Tls(l) => l.as_fd(),
             Listener::Unix(l) => l.as_fd(),
         }
     }
@@ -238,5 +250,5 @@ macro_rules! delegate_source {
     };
 }
 
-delegate_source!(Listener, Tcp, Unix);
+delegate_source!(Listener, Tcp, Tls, Unix);
 delegate_source!(Stream, Tcp, Unix);

@@ -40,6 +40,7 @@ use socket2::SockRef;
 use crate::config::IoBackend;
 use crate::io::net::Listener;
 use crate::io::spin::AdaptiveSpin;
+use crate::io::tls::{Failure, TlsConn};
 use crate::io::udp::UdpEndpoint;
 use crate::io::worker::{
     admit, clear_wake, grow_table, table_grew, BufferScan, IdleScan, SCAN_PERIOD,
@@ -121,11 +122,20 @@ struct Client {
     broken: bool,
     /// Already in `dirty` for this turn.
     queued: bool,
+    /// The TLS session of a connection accepted on a TLS listener (`-Z`).
+    tls: Option<Box<TlsConn>>,
+    /// Its session failed on received bytes; handled when the connection is driven.
+    tls_failed: Option<Failure>,
 }
 
 impl Client {
     fn send_in_flight(&self) -> bool {
         self.out.is_none()
+    }
+
+    /// Records sealed but not yet handed to a send.
+    fn tls_waiting(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.wants_write())
     }
 }
 
@@ -141,8 +151,9 @@ pub struct UringWorker {
     free: Vec<usize>,
     /// Connections to drive after this turn's completions.
     dirty: Vec<usize>,
-    /// Sockets accepted this turn, set up after the completions are read.
-    accepted: Vec<OwnedFd>,
+    /// Sockets accepted this turn, with their listener's index, set up after the
+    /// completions are read.
+    accepted: Vec<(OwnedFd, usize)>,
     /// Listeners whose multishot accept ended, and when to submit it again.
     accept_retry: Vec<(usize, Instant)>,
     /// Polls (UDP sockets, the wake-up eventfd) the kernel ended.
@@ -279,6 +290,7 @@ impl UringWorker {
                     }
                 }
                 buffers::publish();
+                self.expire_handshakes(now);
             }
         }
     }
@@ -311,8 +323,9 @@ impl UringWorker {
                     result,
                     more,
                 } => {
+                    let i = (token & !LISTENER_TOKEN) as usize;
                     match result {
-                        Ok(fd) => accepted.push(fd),
+                        Ok(fd) => accepted.push((fd, i)),
                         Err(e) => {
                             // EMFILE and friends: memcached logs and keeps listening.
                             if shared.settings.verbose > 0 {
@@ -321,7 +334,6 @@ impl UringWorker {
                         }
                     }
                     if !more {
-                        let i = (token & !LISTENER_TOKEN) as usize;
                         accept_retry.push((i, Instant::now() + ACCEPT_RETRY));
                     }
                 }
@@ -338,6 +350,16 @@ impl UringWorker {
                     };
                     match result {
                         Ok([]) => c.eof = true,
+                        Ok(data) if c.tls.is_some() => {
+                            c.entry.touch(now);
+                            let t = c.tls.as_mut().expect("checked");
+                            match shared.tls.as_ref().map(|ctx| t.feed(data, &mut c.conn, ctx)) {
+                                Some(Ok(plain)) => bump(&stats.bytes_read, plain as u64),
+                                Some(Err(failure)) => c.tls_failed = Some(failure),
+                                None => c.broken = true,
+                            }
+                            c.eof |= t.peer_closed();
+                        }
                         Ok(mut data) => {
                             bump(&stats.bytes_read, data.len() as u64);
                             c.entry.touch(now);
@@ -373,7 +395,10 @@ impl UringWorker {
                     };
                     match result {
                         Ok(n) => {
-                            bump(&stats.bytes_written, n as u64);
+                            // Over TLS, `bytes_written` counts the plaintext sealed.
+                            if c.tls.is_none() {
+                                bump(&stats.bytes_written, n as u64);
+                            }
                             c.out_sent += n;
                         }
                         Err(_) => c.broken = true,
@@ -442,7 +467,7 @@ impl UringWorker {
     }
 
     fn setup_accepted(&mut self) {
-        for fd in std::mem::take(&mut self.accepted) {
+        for (fd, listener) in std::mem::take(&mut self.accepted) {
             let sock = SockRef::from(&fd);
             if !admit(&self.shared, &self.stats) {
                 let _ = sock.send(TOO_MANY_CONNECTIONS);
@@ -470,9 +495,21 @@ impl UringWorker {
                 table_grew(&self.stats, &self.clients, side);
                 self.clients.len() - 1
             });
+            let now = self.shared.clock.now();
+            let tls = match (&self.shared.tls, self.listeners.get(listener)) {
+                (Some(t), Some(l)) if l.is_tls() => match TlsConn::new(t, now) {
+                    Ok(session) => Some(session),
+                    Err(_) => {
+                        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                        self.free.push(idx);
+                        continue;
+                    }
+                },
+                _ => None,
+            };
             let token = u64::from(self.generations[idx]) << SLOT_BITS | idx as u64;
             self.ring.recv_multi(fd.as_raw_fd(), token);
-            let entry = self.shared.conns.accepted(&fd, self.shared.clock.now());
+            let entry = self.shared.conns.accepted(&fd, now);
             let mut conn = Conn::new();
             conn.set_fd(fd.as_raw_fd());
             self.clients[idx] = Some(Client {
@@ -488,6 +525,8 @@ impl UringWorker {
                 close_after_write: false,
                 broken: false,
                 queued: false,
+                tls,
+                tls_failed: None,
             });
         }
     }
@@ -510,17 +549,19 @@ impl UringWorker {
     /// Run what the connection has received, send its replies, and adjust
     /// its receive to how much it holds.
     fn drive(&mut self, idx: usize) {
+        let Some(c) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        // Values go through the TLS session, never in place from the store.
+        let in_place = c.tls.is_none();
         let exec = Exec {
             shared: &self.shared,
             stats: &self.stats,
             sink: crate::reply::Sink {
                 message_ends: None,
-                splices: self.splices.as_ref(),
-                splice_min: self.splice_min,
+                splices: self.splices.as_ref().filter(|_| in_place),
+                splice_min: if in_place { self.splice_min } else { usize::MAX },
             },
-        };
-        let Some(c) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
-            return;
         };
         if !drive_client(&mut self.ring, &exec, &mut self.ahead, c, self.draining) {
             self.close(idx);
@@ -543,6 +584,26 @@ impl UringWorker {
         self.free.push(idx);
     }
 
+    /// Close the connections whose TLS handshake ran out of time.
+    fn expire_handshakes(&mut self, now: u32) {
+        let Some(tls) = &self.shared.tls else {
+            return;
+        };
+        let mut expired = Vec::new();
+        for (idx, c) in self.clients.iter().enumerate() {
+            if c.as_ref()
+                .and_then(|c| c.tls.as_ref())
+                .is_some_and(|t| t.handshake_expired(now))
+            {
+                tls.handshake_errors.fetch_add(1, Ordering::Relaxed);
+                expired.push(idx);
+            }
+        }
+        for idx in expired {
+            self.close(idx);
+        }
+    }
+
     /// Stop accepting, send every client its pending replies (waiting at
     /// most [`SHUTDOWN_WRITE_TIMEOUT`]), then close all.
     fn shutdown(&mut self) {
@@ -559,6 +620,7 @@ impl UringWorker {
             let pending = self.clients.iter().flatten().any(|c| {
                 c.send_in_flight()
                     || !c.conn.output().is_empty()
+                    || c.tls_waiting()
                     || c.out.as_ref().is_some_and(|o| c.out_sent < o.len())
             });
             if !pending || Instant::now() >= deadline {
@@ -592,6 +654,16 @@ fn drive_client(
     if c.broken {
         return false;
     }
+    match c.tls_failed {
+        Some(Failure::NotTls) => return false,
+        Some(Failure::Alert) => {
+            // Send the alert rustls queued, then close; nothing more is read or run.
+            c.tls_failed = None;
+            c.close_after_write = true;
+            c.eof = false;
+        }
+        None => {}
+    }
     if let Some(out) = &c.out {
         if c.out_sent < out.len() {
             if c.eof {
@@ -604,8 +676,8 @@ fn drive_client(
             ring.send(c.fd.as_raw_fd(), c.token, out, c.out_sent);
         }
     }
-    if draining {
-        start_send(ring, c);
+    if draining || c.close_after_write {
+        start_send(ring, c, exec.stats);
     } else {
         loop {
             let status = c.conn.process(exec, ahead);
@@ -620,8 +692,12 @@ fn drive_client(
             };
             if status == Status::CloseAfterWrite {
                 c.close_after_write = true;
+                if let Some(t) = c.tls.as_mut() {
+                    bump(&exec.stats.bytes_written, t.seal(&mut c.conn) as u64);
+                    t.close_notify();
+                }
             }
-            let moved = start_send(ring, c) || sent;
+            let moved = start_send(ring, c, exec.stats) || sent;
             // Replies moved to the send buffer: requests held back by the
             // output high-water mark can run now.
             if !(moved && c.conn.stalled_on_output()) {
@@ -629,7 +705,7 @@ fn drive_client(
             }
         }
     }
-    let idle_output = !c.send_in_flight() && c.conn.output().is_empty();
+    let idle_output = !c.send_in_flight() && c.conn.output().is_empty() && !c.tls_waiting();
     if idle_output && (c.eof || c.close_after_write) {
         return false;
     }
@@ -689,7 +765,10 @@ fn send_spliced(exec: &Exec<'_>, c: &mut Client) -> Option<bool> {
 /// Move the connection's replies into its send buffer (a swap, not a copy)
 /// and send them, unless a send is already in flight. Returns whether
 /// replies were moved.
-fn start_send(ring: &mut Ring, c: &mut Client) -> bool {
+fn start_send(ring: &mut Ring, c: &mut Client, stats: &WorkerStats) -> bool {
+    if c.tls.is_some() {
+        return start_send_tls(ring, c, stats);
+    }
     if c.conn.output().is_empty() {
         return false;
     }
@@ -702,6 +781,33 @@ fn start_send(ring: &mut Ring, c: &mut Client) -> bool {
         return false;
     }
     c.conn.take_output(&mut out);
+    c.out_sent = 0;
+    ring.send(c.fd.as_raw_fd(), c.token, out, 0);
+    true
+}
+
+/// [`start_send`] over TLS: seal the replies into records (handshake messages and
+/// alerts wait there too), and send every waiting record from the send buffer,
+/// unless a send is in flight. Returns whether replies were sealed.
+fn start_send_tls(ring: &mut Ring, c: &mut Client, stats: &WorkerStats) -> bool {
+    let Some(t) = c.tls.as_mut() else {
+        return false;
+    };
+    let sealed = t.seal(&mut c.conn);
+    bump(&stats.bytes_written, sealed as u64);
+    if !t.wants_write() {
+        return sealed > 0;
+    }
+    let Some(mut out) = c.out.take() else {
+        return sealed > 0;
+    };
+    if c.out_sent < out.len() {
+        // The rest of a short send is still to go.
+        c.out = Some(out);
+        return sealed > 0;
+    }
+    out.clear();
+    t.take_ciphertext(&mut out);
     c.out_sent = 0;
     ring.send(c.fd.as_raw_fd(), c.token, out, 0);
     true

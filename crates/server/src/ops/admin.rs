@@ -73,6 +73,16 @@ impl Exec<'_> {
             .store(level.min(MAX_VERBOSITY_LEVEL), Ordering::Relaxed);
     }
 
+    /// `refresh_certs`: reload the TLS certificate, key and CA file for the connections
+    /// accepted from now on. `Err` holds memcached's reply line: its error message, not
+    /// an `ERROR` reply (`docs/protocol.md`).
+    pub fn refresh_certs(&self) -> Result<(), String> {
+        match &self.shared.tls {
+            Some(tls) => tls.refresh(self.shared.clock.now()),
+            None => Err("Error TLS not enabled".to_string()),
+        }
+    }
+
     /// `cache_memlimit`: change `-m` at run time.
     pub fn set_memory_limit(&self, megabytes: u64) -> MemLimit {
         if megabytes < 8 {

@@ -115,6 +115,19 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("reclaimed", store.reclaimed);
     o.num("crawler_reclaimed", crawler_reclaimed);
     o.num("crawler_items_checked", crawler_checked);
+    if let Some(tls) = &shared.tls {
+        if tls.options().session_cache {
+            o.num("ssl_new_sessions", tls.new_sessions());
+        }
+        o.num(
+            "ssl_handshake_errors",
+            tls.handshake_errors.load(Ordering::Relaxed),
+        );
+        o.num(
+            "time_since_server_cert_refresh",
+            tls.seconds_since_refresh(shared.clock.now()),
+        );
+    }
     // ferrocache's own lines, after memcached's: where the memory goes. Items and index
     // share the store's budget (1.05 x -m); connections and the rest of the process
     // live in the 32 MiB beside it, connections past their allowance taking from the
@@ -129,6 +142,10 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("conn_buffer_pooled_bytes", conn.buffers_pooled());
     o.num("conn_state_bytes", conn.state_bytes);
     o.num("conn_charged_bytes", store.outside_bytes);
+    if let Some(tls) = &shared.tls {
+        // TLS errors after a completed handshake (memcached counts none).
+        o.num("ssl_proto_errors", tls.proto_errors.load(Ordering::Relaxed));
+    }
     o.end();
 }
 
@@ -150,6 +167,22 @@ pub fn sizes(buf: &mut Vec<u8>) {
     let mut o = Out(buf);
     o.str("sizes_status", "disabled");
     o.end();
+}
+
+/// memcached's `ssl_*` lines of `stats settings`, which its TLS build prints with or
+/// without `-Z`.
+fn tls_settings(t: &crate::config::TlsOptions, o: &mut Out<'_>) {
+    o.yes_no("ssl_enabled", t.enabled);
+    o.str("ssl_chain_cert", t.chain_cert.as_deref().unwrap_or("(null)"));
+    o.str("ssl_key", t.key.as_deref().unwrap_or("(null)"));
+    o.num("ssl_verify_mode", t.verify_mode.openssl_flags());
+    o.num("ssl_keyformat", t.keyformat);
+    o.str("ssl_ciphers", t.ciphers.as_deref().unwrap_or("NULL"));
+    o.str("ssl_ca_cert", t.ca_cert.as_deref().unwrap_or("NULL"));
+    o.num("ssl_wbuf_size", t.wbuf_size);
+    o.yes_no("ssl_session_cache", t.session_cache);
+    o.yes_no("ssl_kernel_tls", t.kernel_tls);
+    o.str("ssl_min_version", t.min_version_name());
 }
 
 /// C's `%.2f`: as Rust's `{:.2}`, except that NaN prints as `nan`.
@@ -228,6 +261,7 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("temporary_ttl", t.temporary_ttl);
     o.yes_no("watch_enabled", s.watch_enabled);
     o.num("idle_timeout", s.idle_timeout_secs);
+    tls_settings(&s.tls, &mut o);
     o.str("io_backend", s.io_backend.name());
     o.yes_no("null_store", s.null_store.is_some());
     o.yes_no("pin", s.pin);

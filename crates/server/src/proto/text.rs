@@ -114,6 +114,14 @@ impl Exec<'_> {
                 out.extend_from_slice(CRLF);
             }
             Request::Quit => return Flow::CloseAfterWrite,
+            Request::RefreshCerts { noreply } => match self.refresh_certs() {
+                Ok(()) => reply(out, noreply, b"OK\r\n"),
+                Err(message) => {
+                    // memcached writes its error message even under noreply.
+                    out.extend_from_slice(message.as_bytes());
+                    out.extend_from_slice(CRLF);
+                }
+            },
             Request::Shutdown { graceful } => {
                 if !self.shared.settings.shutdown_enabled {
                     out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");

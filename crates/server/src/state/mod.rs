@@ -7,7 +7,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use storage::Store;
 
-use crate::admin::{auth::AuthFile, conns::ConnRegistry, crawler, prefix::PrefixStats, sasl::Sasl};
+use crate::admin::{
+    auth::AuthFile, conns::ConnRegistry, crawler, prefix::PrefixStats, sasl::Sasl, tls::Tls,
+};
 use crate::clock::Clock;
 use crate::config::Settings;
 use crate::stats::{StatsRegistry, WorkerStats};
@@ -35,6 +37,8 @@ pub struct Shared {
     pub crawler: crawler::Crawler,
     /// The open sockets, for `stats conns` (`admin/conns.rs`).
     pub conns: ConnRegistry,
+    /// `-Z`: the TLS configuration and its counters (`admin/tls.rs`).
+    pub tls: Option<Tls>,
     /// One counter block per worker, in worker order (the registry sums them).
     workers: Vec<Arc<WorkerStats>>,
 }
@@ -55,13 +59,16 @@ impl Shared {
             Some(path) => Some(AuthFile::load(path)?),
             None => None,
         };
+        let clock = Clock::new();
+        let tls = Tls::new(&settings.tls, clock.now()).map_err(anyhow::Error::msg)?;
         let workers: Vec<Arc<WorkerStats>> = (0..settings.threads.max(1))
             .map(|_| Arc::new(WorkerStats::default()))
             .collect();
         Ok(Shared {
             verbosity: AtomicU32::new(settings.verbose),
             store,
-            clock: Clock::new(),
+            clock,
+            tls,
             stats: StatsRegistry::new(workers.clone()),
             curr_connections: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
@@ -93,11 +100,12 @@ impl Shared {
     }
 
     /// The memory of every connection: the workers' buffers and slot tables, and the
-    /// `stats conns` entries (in `state_bytes`).
+    /// `stats conns` entries and TLS sessions (in `state_bytes`).
     #[must_use]
     pub fn conn_memory(&self) -> crate::stats::ConnMemory {
         let mut m = self.stats.conn_memory();
         m.state_bytes += self.conns.bytes() as u64;
+        m.state_bytes += self.tls.as_ref().map_or(0, Tls::session_bytes);
         m
     }
 

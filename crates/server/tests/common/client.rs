@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -48,7 +49,47 @@ impl Reply {
 }
 
 pub struct Client {
-    stream: TcpStream,
+    stream: Stream,
+}
+
+/// The socket, plain or with a TLS session over it (`tls.rs`).
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => &s.sock,
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
 }
 
 impl Client {
@@ -59,14 +100,48 @@ impl Client {
 
     /// This end's address, as `ip:port`.
     pub fn local_addr(&self) -> String {
-        self.stream.local_addr().expect("local_addr").to_string()
+        self.stream.tcp().local_addr().expect("local_addr").to_string()
     }
 
     pub fn try_connect(port: u16) -> io::Result<Client> {
         let stream = TcpStream::connect(("127.0.0.1", port))?;
         stream.set_nodelay(true)?;
         stream.set_write_timeout(Some(READ_TIMEOUT))?;
-        Ok(Client { stream })
+        Ok(Client {
+            stream: Stream::Plain(stream),
+        })
+    }
+
+    /// Connects over TLS with `config`, and completes the handshake (so a refused
+    /// handshake is an error here, not at the first request).
+    pub fn try_connect_tls(port: u16, config: Arc<rustls::ClientConfig>) -> io::Result<Client> {
+        let tcp = TcpStream::connect(("127.0.0.1", port))?;
+        tcp.set_nodelay(true)?;
+        tcp.set_write_timeout(Some(READ_TIMEOUT))?;
+        tcp.set_read_timeout(Some(READ_TIMEOUT))?;
+        let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+        let session = rustls::ClientConnection::new(config, name).map_err(io::Error::other)?;
+        let mut stream = rustls::StreamOwned::new(session, tcp);
+        while stream.conn.is_handshaking() {
+            stream.conn.complete_io(&mut stream.sock)?;
+        }
+        Ok(Client {
+            stream: Stream::Tls(Box::new(stream)),
+        })
+    }
+
+    /// [`Client::try_connect_tls`], or panics.
+    pub fn connect_tls(port: u16, config: Arc<rustls::ClientConfig>) -> Client {
+        Client::try_connect_tls(port, config)
+            .unwrap_or_else(|e| panic!("TLS connect to 127.0.0.1:{port}: {e}"))
+    }
+
+    /// The TLS session, on a TLS connection.
+    pub fn tls(&self) -> Option<&rustls::ClientConnection> {
+        match &self.stream {
+            Stream::Plain(_) => None,
+            Stream::Tls(s) => Some(&s.conn),
+        }
     }
 
     /// Writes all of `bytes` in one call, or panics.
@@ -127,6 +202,7 @@ impl Client {
                 };
             }
             self.stream
+                .tcp()
                 .set_read_timeout(Some(deadline - now))
                 .expect("set_read_timeout");
             match self.stream.read(&mut chunk) {
@@ -237,7 +313,7 @@ impl Client {
 
     /// Half-closes our side: the server sees end of input.
     pub fn shutdown_write(&self) {
-        let _ = self.stream.shutdown(Shutdown::Write);
+        let _ = self.stream.tcp().shutdown(Shutdown::Write);
     }
 }
 

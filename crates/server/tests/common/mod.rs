@@ -13,6 +13,7 @@
 
 mod client;
 mod rng;
+pub mod tls;
 
 #[allow(unused_imports)] // each test binary uses a different subset
 pub use client::{escape, Client, Ending, Reply, READ_TIMEOUT};
@@ -273,9 +274,19 @@ impl ServerProcess {
         self.child.id()
     }
 
-    /// Opens a client connection.
+    /// Opens a client connection: over TLS, trusting the test CA, when the server was
+    /// started with `-Z`.
     pub fn connect(&self) -> Client {
-        Client::connect(self.port)
+        if self.args.iter().any(|a| a == "-Z") {
+            Client::connect_tls(self.port, tls::client_config(None))
+        } else {
+            Client::connect(self.port)
+        }
+    }
+
+    /// Opens a TLS connection with `config`.
+    pub fn connect_with(&self, config: std::sync::Arc<rustls::ClientConfig>) -> Client {
+        Client::connect_tls(self.port, config)
     }
 
     /// A one-line description for failure messages.
@@ -388,14 +399,19 @@ fn socket_inodes_of(pid: u32) -> HashSet<u64> {
 #[allow(dead_code)]
 pub const FLAGS_FOR_BOTH: &[&str] = &["-C"];
 
-/// The arguments among `extra` that memcached also gets ([`FLAGS_FOR_BOTH`]).
+/// The arguments among `extra` that memcached also gets: [`FLAGS_FOR_BOTH`], and TLS
+/// (`-Z` with its `-o ssl_…` suboptions).
 #[allow(dead_code)]
 pub fn flags_for_both<'a>(extra: &[&'a str]) -> Vec<&'a str> {
-    extra
-        .iter()
-        .copied()
-        .filter(|a| FLAGS_FOR_BOTH.contains(a))
-        .collect()
+    let mut out = Vec::new();
+    for (i, &a) in extra.iter().enumerate() {
+        let tls_options = a == "-o" && extra.get(i + 1).is_some_and(|v| v.starts_with("ssl_"));
+        let tls_value = i > 0 && extra[i - 1] == "-o" && a.starts_with("ssl_");
+        if FLAGS_FOR_BOTH.contains(&a) || a == "-Z" || tls_options || tls_value {
+            out.push(a);
+        }
+    }
+    out
 }
 
 /// Reads an environment variable as a number, with a default.

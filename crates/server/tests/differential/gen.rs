@@ -110,9 +110,20 @@ pub fn stream_without_flush_all(seed: u64, len: usize) -> Vec<Step> {
     stream_with(seed, len, false)
 }
 
+/// A random stream with short values only (under 40 bytes): for memcached over TLS,
+/// which stalls on a request larger than one read of its buffer (`docs/protocol.md`).
+pub fn stream_small_values(seed: u64, len: usize) -> Vec<Step> {
+    stream_with_values(seed, len, true, true)
+}
+
 fn stream_with(seed: u64, len: usize, flush_all: bool) -> Vec<Step> {
+    stream_with_values(seed, len, flush_all, false)
+}
+
+fn stream_with_values(seed: u64, len: usize, flush_all: bool, short_values: bool) -> Vec<Step> {
     let mut gen = Generator::new(seed);
     gen.clock_free = !flush_all;
+    gen.short_values = short_values;
     let mut first = Step::default();
     if flush_all {
         first.push(b"flush_all\r\n");
@@ -223,6 +234,9 @@ struct Generator {
     /// rule itself is checked deterministically in `flush_all_without_cas_by_the_clock`.
     /// (With cas, both servers flush by cas within the flush's second: no clock involved.)
     clock_free: bool,
+    /// Short values only, so that every step fits one TLS record and memcached's read
+    /// buffer ([`stream_small_values`]).
+    short_values: bool,
 }
 
 impl Generator {
@@ -234,6 +248,7 @@ impl Generator {
             rng: Rng::new(seed),
             keys,
             clock_free: false,
+            short_values: false,
         }
     }
 
@@ -263,6 +278,7 @@ impl Generator {
             5 => self.verbosity(step),
             6 => self.flush_all(step),
             7 => self.malformed(step),
+            8 if self.short_values => self.storage(step),
             8 => self.sized_set(step),
             _ => self.null_byte(step),
         }
@@ -312,7 +328,7 @@ impl Generator {
     /// parse whatever bytes the slab chunk holds after it. (No concatenation of these
     /// makes a blank value either: every one is empty or has a non-blank byte.)
     fn value(&mut self, short_only: bool) -> Vec<u8> {
-        let mut value = self.value_any(short_only);
+        let mut value = self.value_any(short_only || self.short_values);
         if value.iter().all(|b| matches!(b, b' ' | b'\r' | b'\n')) && !value.is_empty() {
             value.push(b'q');
         }
