@@ -720,6 +720,18 @@ impl IndexTable {
     }
 }
 
+/// Numbers that change when the table's placement rules do (growth steps, home bucket,
+/// tag), for a memory image's layout fingerprint (`store/image.rs`): an image's
+/// buckets are only valid under the rules that placed them.
+pub(crate) fn placement_probe() -> [u64; 4] {
+    [
+        next_len(256) as u64,
+        next_len(4096) as u64,
+        home_of(0x1234_5678_9ABC_DEF0, 320) as u64,
+        u64::from(tag_of(0xFEDC_BA98_7654_3210)),
+    ]
+}
+
 /// Words in a bucket, as a memory image holds it: the tag word, then the seven slots.
 pub(crate) const BUCKET_WORDS: usize = 8;
 

@@ -81,8 +81,11 @@ fn truncated(e: io::Error) -> ImageError {
     }
 }
 
-/// The build's layout fingerprint: the format version, and the sizes and constants of
-/// everything the image copies byte for byte (bucket, item header, CAS span).
+/// The build's layout fingerprint: the format version, the sizes and constants of
+/// everything the image copies byte for byte (bucket, item header, CAS span), and what
+/// those bytes mean: sample item headers as this build encodes them, the hash of a
+/// sample key, and the table's placement rules. A build that changes any of them
+/// refuses older images instead of misreading them.
 pub fn image_fingerprint() -> u64 {
     let mut h = crc32fast::Hasher::new();
     for v in [
@@ -97,6 +100,27 @@ pub fn image_fingerprint() -> u64 {
         usize::from(cfg!(target_endian = "little")),
     ] {
         h.update(&(v as u64).to_le_bytes());
+    }
+    for (vlen, flags, wide) in [
+        (5, 0, false),
+        (100, 7, true),
+        (70_000, 0, false),
+        (item::MAX_VALUE_BYTES, u32::MAX, true),
+    ] {
+        let new = item::NewItem {
+            klen: 3,
+            vlen,
+            flags,
+            exptime: 0x0102_0304,
+        };
+        let mut header = [0u8; item::MAX_HEADER_BYTES];
+        new.write_header(&mut header, wide, 1077, 1000);
+        h.update(&header);
+    }
+    let sample = crate::index::hash_key(0x5EED_5EED_5EED_5EED, b"ferrocache image");
+    h.update(&sample.to_le_bytes());
+    for v in crate::table::placement_probe() {
+        h.update(&v.to_le_bytes());
     }
     u64::from(FORMAT_VERSION) << 32 | u64::from(h.finalize())
 }
