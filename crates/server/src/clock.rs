@@ -38,6 +38,17 @@ impl Clock {
         }
     }
 
+    /// Go on from a clock saved at a graceful stop (a warm restart, `-e`): relative
+    /// time 0 is unix time `process_started` again, so uptime, every item's expiry
+    /// and absolute expiry times keep their meaning, and the seconds the server was
+    /// down count as passed (memcached restores its `process_started` the same way).
+    /// Called before any thread reads the clock.
+    pub fn resume(&self, process_started: i64) {
+        self.process_started
+            .store(process_started, Ordering::Relaxed);
+        self.tick();
+    }
+
     /// Re-read the wall clock; called once a second by the maintenance thread.
     pub fn tick(&self) {
         let started = self.process_started.load(Ordering::Relaxed);
@@ -113,5 +124,15 @@ mod tests {
         assert_eq!(c.realtime(REALTIME_MAXDELTA_SECS as i32 + 1), 1);
         let abs = c.process_started() + 100;
         assert_eq!(c.realtime(abs as i32), 100);
+    }
+
+    #[test]
+    fn a_resumed_clock_counts_the_seconds_it_was_stopped() {
+        let c = Clock::new();
+        // Saved 1000 s into the last run, stopped 50 s ago.
+        c.resume(unix_now() - 1050);
+        let now = c.now();
+        assert!((1050..1053).contains(&now), "{now}");
+        assert_eq!(c.realtime(10), now + 10);
     }
 }

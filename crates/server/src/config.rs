@@ -132,6 +132,11 @@ struct Args {
     /// Enable the shutdown command
     #[arg(short = 'A', long = "enable-shutdown")]
     enable_shutdown: bool,
+    /// Memory file for a warm restart: SIGUSR1 (or `shutdown graceful`) saves the
+    /// cache into it and exits; a start with the same file, -m and -I serves every
+    /// item again. Put it on a RAM disk (/dev/shm)
+    #[arg(short = 'e', long = "memory-file")]
+    memory_file: Option<String>,
     /// Pin worker N to CPU N, and steer each connection to the worker on the
     /// CPU that receives its packets (reuseport CBPF)
     #[arg(long = "pin")]
@@ -299,6 +304,8 @@ pub struct Settings {
     pub extended: Vec<(String, String)>,
     /// `-Z` and `-o ssl_*` (`config/tls.rs`).
     pub tls: TlsOptions,
+    /// `-e`: the memory file of a warm restart (`state/restart.rs`).
+    pub memory_file: Option<String>,
 }
 
 /// A cas no item has: the store's counter starts at 1 and counts up by one per write.
@@ -544,6 +551,7 @@ impl Settings {
             daemonize: a.daemon,
             max_core: a.coredumps,
             extended,
+            memory_file: a.memory_file,
         })
     }
 }
@@ -603,6 +611,11 @@ mod tests {
         assert_eq!(s.listen, vec!["127.0.0.1".to_string()]);
         assert!(s.evictions && s.flush_enabled && !s.shutdown_enabled);
         assert!(s.udp_gso);
+        assert_eq!(s.memory_file, None);
+        let s = parse(&["-e", "/dev/shm/cache"]).unwrap();
+        assert_eq!(s.memory_file.as_deref(), Some("/dev/shm/cache"));
+        let s = parse(&["--memory-file=/dev/shm/c2"]).unwrap();
+        assert_eq!(s.memory_file.as_deref(), Some("/dev/shm/c2"));
     }
 
     #[test]

@@ -374,7 +374,7 @@ impl Store {
             let off = rec.off;
             let len = rec.prefix.total_len();
             // The key's borrow ends with the hash, before any move.
-            let h = crate::index::hash_key(self.seed, walk.key(&rec));
+            let h = crate::index::hash_key(self.seed(), walk.key(&rec));
             let mut shard = self.shard_for(h).lock();
             let Shard {
                 table, stats, held, ..

@@ -29,8 +29,8 @@
 //! bytes: its accessors take the lock's proof (`index::LockHeld`, borrowed from the
 //! locked shard) or the writer's `Reservation`, so their callers need no `unsafe`. The
 //! few others (`index`'s peeks, `evict`'s claim of a sealed segment and release of a
-//! retired one's pages, `store`'s unchecked shard index) say why in their `SAFETY`
-//! comments.
+//! retired one's pages, `store`'s unchecked shard index, `store::image`'s reads and
+//! writes of a frozen store's segment bytes) say why in their `SAFETY` comments.
 //!
 //! The design (segment log, locking protocol, eviction, per-item byte cost) is written up
 //! in `docs/design.md` at the workspace root.
@@ -66,7 +66,8 @@ pub use index::Located;
 pub use meta::{ItemMut, MetaArith, MetaStore};
 pub use pin::{Origin, ValuePin};
 pub use store::{
-    KeyHash, Peeked, Store, StoreBuilder, Visit, MEMCACHED_CAS_BYTES, PREFETCH_DISTANCE,
+    ImageError, ImageHead, ImageSource, ImageSummary, KeyHash, Peeked, Store, StoreBuilder, Visit,
+    MEMCACHED_CAS_BYTES, PREFETCH_DISTANCE,
 };
 
 /// Seconds of server uptime. The server's clock starts at 1, so 0 never means "now".

@@ -208,7 +208,7 @@ impl Store {
         now: RelTime,
         f: impl FnOnce(&mut ItemMut<'_>, bool) -> R,
     ) -> (Lookup<()>, Option<R>) {
-        let h = hash_key(self.seed, key);
+        let h = hash_key(self.seed(), key);
         let slot = self.shard_for(h);
         let first = {
             let mut shard = slot.lock();
@@ -349,7 +349,7 @@ impl Store {
     /// Whether a live item exists under `key` (no side effects but unlinking a dead one).
     #[doc(hidden)]
     pub fn meta_contains(&self, key: &[u8], now: RelTime) -> bool {
-        let h = hash_key(self.seed, key);
+        let h = hash_key(self.seed(), key);
         let mut shard = self.shard_for(h).lock();
         self.do_find_live(&mut shard, h, key, now).is_ok()
     }
@@ -357,7 +357,7 @@ impl Store {
     /// Liveness without unlinking, for tests.
     #[cfg(test)]
     fn meta_liveness(&self, key: &[u8], now: RelTime) -> Option<Liveness> {
-        let h = hash_key(self.seed, key);
+        let h = hash_key(self.seed(), key);
         let shard = self.shard_for(h).lock();
         shard
             .table

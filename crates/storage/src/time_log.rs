@@ -146,6 +146,49 @@ impl TimeLog {
     }
 }
 
+/// What a memory image keeps of a [`TimeLog`] (`store/image.rs`): all of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TimeLogState {
+    pub last: u32,
+    pub flush_cas: u64,
+    pub marks: Vec<(u32, u64)>,
+    pub flush_after: u32,
+    pub thin_at: usize,
+}
+
+impl TimeLog {
+    /// The whole log, for a memory image.
+    pub fn export(&self) -> TimeLogState {
+        let inner = self.lock();
+        TimeLogState {
+            last: self.last.load(Ordering::Relaxed),
+            flush_cas: self.flush_cas.load(Ordering::Acquire),
+            marks: inner.marks.clone(),
+            flush_after: inner.flush_after,
+            thin_at: inner.thin_at,
+        }
+    }
+
+    /// Put back a log [`TimeLog::export`] gave; false (nothing changed) when it is not
+    /// one a log could hold: no pairs, or seconds or ids that do not grow.
+    pub fn restore(&self, state: TimeLogState) -> bool {
+        let grows = state
+            .marks
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1);
+        if state.marks.is_empty() || !grows {
+            return false;
+        }
+        let mut inner = self.lock();
+        inner.marks = state.marks;
+        inner.flush_after = state.flush_after;
+        inner.thin_at = state.thin_at.max(KEEP);
+        self.flush_cas.store(state.flush_cas, Ordering::Release);
+        self.last.store(state.last, Ordering::Relaxed);
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

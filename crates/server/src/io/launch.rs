@@ -3,7 +3,9 @@
 //! shutdown signal and drain.
 //!
 //! ```text
-//!   signal thread ── sigwait(SIGINT/SIGTERM) ──> shutting_down + wake workers
+//!   start         ── with -e: load the memory file (state/restart.rs), then bind
+//!   signal thread ── sigwait(SIGINT/SIGTERM/SIGUSR1) ──> shutting_down + wake workers;
+//!                    after SIGUSR1, once every thread is joined: save the memory file
 //!   maintenance   ── every second: clock tick, expired-item sweep
 //!   worker 0..N   ── own event loop, own SO_REUSEPORT listener per address,
 //!                    own connections; the kernel spreads accepts over them
@@ -117,6 +119,8 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
 /// Start every thread and serve until a shutdown signal.
 pub fn run(shared: Arc<Shared>) -> Result<()> {
     crate::sys::block_shutdown_signals().context("blocking signals")?;
+    // Before the first bind: no client sees the cache until it holds what it held.
+    crate::state::restart::restore(&shared)?;
 
     let per_worker = bind_listeners(&shared)?;
     if let Some(user) = &shared.settings.user {
@@ -196,7 +200,12 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
     };
 
     let sig = crate::sys::wait_for_shutdown_signal();
-    if shared.settings.verbose > 0 {
+    // SIGUSR1 (or `shutdown graceful`) is memcached's graceful stop, which it announces
+    // whatever the verbosity; with -e it saves the cache once everything has stopped.
+    let graceful = sig == libc::SIGUSR1;
+    if graceful {
+        eprintln!("Gracefully stopping");
+    } else if shared.settings.verbose > 0 {
         eprintln!("ferrocache: signal {sig} received, shutting down");
     }
     shared.shutting_down.store(true, Ordering::SeqCst);
@@ -209,6 +218,12 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
     let _ = maintenance.join();
     shared.crawler.wake_for_shutdown();
     let _ = crawler.join();
+    if graceful && shared.settings.memory_file.is_some() {
+        // memcached logs a failed save and still exits 0; so does this.
+        if let Err(e) = crate::state::restart::save(&shared) {
+            eprintln!("ferrocache: {e:#}");
+        }
+    }
     Ok(())
 }
 

@@ -56,9 +56,14 @@ impl Exec<'_> {
     }
 
     /// `shutdown` (allowed with `-A`): the process shuts down as on SIGTERM, draining
-    /// every worker.
-    pub fn request_shutdown(&self) {
-        crate::sys::signal_self_terminate();
+    /// every worker. `shutdown graceful` raises SIGUSR1 instead, as memcached does:
+    /// the same drain, then with `-e` the cache is saved for a warm restart.
+    pub fn request_shutdown(&self, graceful: bool) {
+        if graceful {
+            crate::sys::signal_self_graceful();
+        } else {
+            crate::sys::signal_self_terminate();
+        }
     }
 
     /// `verbosity`: memcached keeps the level, capped.

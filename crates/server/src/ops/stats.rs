@@ -275,6 +275,8 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
         "zero_copy_min",
         s.zero_copy_min_for(s.io_backend).unwrap_or(0),
     );
+    // memcached prints its `settings.memory_file` with `%s`: glibc's `(null)` without -e.
+    o.str("memory_file", s.memory_file.as_deref().unwrap_or("(null)"));
     for (key, value) in &s.extended {
         // The crawler, slab and LRU options are shown above, as they are now.
         if key != "idle_timeout" && !crate::config::TUNABLE_OPTIONS.contains(&key.as_str()) {

@@ -122,12 +122,12 @@ impl Exec<'_> {
                     out.extend_from_slice(CRLF);
                 }
             },
-            Request::Shutdown { .. } => {
+            Request::Shutdown { graceful } => {
                 if !self.shared.settings.shutdown_enabled {
                     out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
                     return Flow::Continue;
                 }
-                self.request_shutdown();
+                self.request_shutdown(graceful);
                 return Flow::Close;
             }
             Request::Stats(group) => self.stats_command(group, out),

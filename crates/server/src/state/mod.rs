@@ -14,6 +14,8 @@ use crate::clock::Clock;
 use crate::config::Settings;
 use crate::stats::{StatsRegistry, WorkerStats};
 
+pub mod restart;
+
 /// State every worker shares.
 pub struct Shared {
     pub settings: Settings,

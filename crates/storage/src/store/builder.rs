@@ -160,7 +160,7 @@ impl StoreBuilder {
             .collect();
         static STORES: AtomicU64 = AtomicU64::new(0);
         Ok(Store {
-            seed: RandomState::new().hash_one(0x5EED_u64),
+            seed: AtomicU64::new(RandomState::new().hash_one(0x5EED_u64)),
             id: STORES.fetch_add(1, Ordering::Relaxed) + 1,
             shards: (0..shards).map(|_| ShardSlot::new()).collect(),
             hints: (0..MAX_SHARDS)

@@ -16,6 +16,8 @@
 //! | `read.rs`    | lookups: get, gat, the prefetched multi-get stages, the locked search |
 //! | `write.rs`   | set/add/replace/cas/append/prepend, delete, touch, incr/decr, flush   |
 //! | `record.rs`  | the accessors of records in segment memory: the `unsafe` of records   |
+//! | `image.rs`   | memory images: the whole store saved and loaded back (warm restart)   |
+//! | `image_meta.rs` | an image's meta section: the store's state as fields, the pool checks |
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -28,6 +30,8 @@ use crate::segment::{LargePageRegion, SegmentMem};
 use crate::{Lookup, RelTime, StoreStats};
 
 mod builder;
+mod image;
+mod image_meta;
 mod read;
 mod record;
 #[cfg(test)]
@@ -37,6 +41,10 @@ mod write;
 pub use builder::{
     StoreBuilder, DEFAULT_ITEM_SIZE_MAX_BYTES, DEFAULT_MEMORY_LIMIT_BYTES, MAX_ITEM_SIZE_MAX_BYTES,
     MEMCACHED_CAS_BYTES, MEMCACHED_ITEM_OVERHEAD_BYTES, MIN_ITEM_SIZE_MAX_BYTES, MIN_SEGMENT_BYTES,
+};
+pub use image::{
+    image_fingerprint, ImageError, ImageHead, ImageSource, ImageSummary, IMAGE_HEADER_BYTES,
+    IMAGE_MAGIC,
 };
 pub use read::{KeyHash, Peeked, Visit, PREFETCH_DISTANCE};
 pub(crate) use write::{DeltaResult, WholeExtra, SPAN_SLACK_IDS};
@@ -49,7 +57,10 @@ const MAX_SHARDS: usize = 4096;
 /// store also takes its writer group's lock for a pointer bump. The only shared atomic
 /// written per store is the CAS counter.
 pub struct Store {
-    pub(crate) seed: u64,
+    /// The hash seed, drawn at random per store; a warm restart puts the saved one back
+    /// (`image.rs`), as the index's tags and buckets were placed with it. Written only
+    /// then, before the store serves, so every read is relaxed.
+    seed: AtomicU64,
     /// Unique among the stores of this process ([`Peeked::store`]).
     id: u64,
     pub(crate) shards: Box<[ShardSlot]>,
@@ -125,6 +136,12 @@ pub(crate) enum Liveness {
 }
 
 impl Store {
+    /// The hash seed (see the field).
+    #[inline(always)]
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed.load(Ordering::Relaxed)
+    }
+
     /// Whether an item of this shape may be stored: the key is 1..=255 bytes and
     /// `59 + key + value (+ 4 if flags != 0) <= item_size_max`, memcached 1.6's own rule
     /// (51 without its cas, [`StoreBuilder::memcached_cas`]).

@@ -115,7 +115,7 @@ impl Store {
     /// hashes each key once and hands the hash to every stage.
     #[inline]
     pub fn hash(&self, key: &[u8]) -> KeyHash {
-        KeyHash(hash_key(self.seed, key))
+        KeyHash(hash_key(self.seed(), key))
     }
 
     /// First stage of a prefetched multi-get: prefetch the shard lock word and the index
@@ -247,7 +247,7 @@ impl Store {
     ) -> Lookup<V::Output> {
         debug_assert_eq!(
             h.0,
-            hash_key(self.seed, key),
+            hash_key(self.seed(), key),
             "a KeyHash of another key or store"
         );
         let h = h.0;

@@ -156,7 +156,7 @@ impl Store {
         // of the locked shard.
         let p = Prefix::parse(unsafe { mem.bytes(off as usize, PREFIX_MAX_BYTES) });
         // SAFETY: as above.
-        hash_key(self.seed, unsafe {
+        hash_key(self.seed(), unsafe {
             mem.bytes(off as usize + p.key_offset(), p.klen)
         })
     }

@@ -54,7 +54,7 @@ fn store_is_send_and_sync() {
 
 /// Where the index points for `key`.
 fn entry_of(s: &Store, key: &[u8]) -> Option<u64> {
-    let h = hash_key(s.seed, key);
+    let h = hash_key(s.seed(), key);
     let shard = s.shard_for(h).lock();
     shard
         .table
@@ -781,7 +781,7 @@ fn cas_ids_past_a_segments_span_are_stored_whole() {
     assert_eq!(v, b"v");
     assert!(new_cas > old_cas + item::NARROW_CAS_SPAN);
     let wide = {
-        let h = hash_key(s.seed, b"new");
+        let h = hash_key(s.seed(), b"new");
         let shard = s.shard_for(h).lock();
         let e = shard
             .table

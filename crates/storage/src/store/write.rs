@@ -105,11 +105,11 @@ impl Store {
         // asked for it earlier still.
         let (h, peeked) = match extra.hashed {
             Some((h, peeked)) => {
-                debug_assert_eq!(h.0, hash_key(self.seed, key), "a KeyHash of another key");
+                debug_assert_eq!(h.0, hash_key(self.seed(), key), "a KeyHash of another key");
                 (h.0, peeked)
             }
             None => {
-                let h = hash_key(self.seed, key);
+                let h = hash_key(self.seed(), key);
                 (h, self.prefetch_record(KeyHash(h), key.len()))
             }
         };
@@ -302,7 +302,7 @@ impl Store {
         want_cas: u64,
         now: RelTime,
     ) -> (StoreOutcome, u64) {
-        let h = hash_key(self.seed, key);
+        let h = hash_key(self.seed(), key);
         let slot = self.shard_for(h);
         loop {
             let (old_e, old) = {
@@ -371,7 +371,7 @@ impl Store {
 
     /// Delete a live item; false if there was none (an expired one is unlinked too).
     pub fn delete(&self, key: &[u8], now: RelTime) -> bool {
-        let h = hash_key(self.seed, key);
+        let h = hash_key(self.seed(), key);
         let mut shard = self.shard_for(h).lock();
         let Shard {
             table, stats, held, ..
@@ -387,7 +387,7 @@ impl Store {
 
     /// Set a live item's exptime; false if there is none.
     pub fn touch(&self, key: &[u8], exptime: RelTime, now: RelTime) -> bool {
-        let h = hash_key(self.seed, key);
+        let h = hash_key(self.seed(), key);
         let mut shard = self.shard_for(h).lock();
         match self.do_find_live(&mut shard, h, key, now) {
             Ok((e, _)) => {
@@ -424,7 +424,7 @@ impl Store {
         ttl: Option<RelTime>,
         now: RelTime,
     ) -> DeltaResult {
-        let h = hash_key(self.seed, key);
+        let h = hash_key(self.seed(), key);
         let slot = self.shard_for(h);
         let mut buf = [0u8; arith::MAX_DIGITS];
         loop {
