@@ -45,11 +45,13 @@ fn small_number(input: &[u8], at: usize) -> Option<(u32, usize)> {
             let n = i - at;
             return (b <= b' ' && (1..=9).contains(&n)).then_some((v, i));
         }
-        v = v * 10 + u32::from(d);
-        i += 1;
-        if i - at > 9 {
+        // A tenth digit: too long, and past what a u32 holds (checked before the
+        // multiply, which would overflow).
+        if i - at == 9 {
             return None;
         }
+        v = v * 10 + u32::from(d);
+        i += 1;
     }
 }
 
