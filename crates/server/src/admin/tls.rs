@@ -22,8 +22,7 @@ use crate::config::{TlsOptions, VerifyMode};
 /// Memory an open TLS connection's session holds, as counted in `conn_state_bytes`
 /// (and so in what connections charge to `-m`): rustls' state with its buffers as an
 /// idle connection keeps them, measured as RSS per idle TLS connection less a plain
-/// one's (`scripts/bench-idle-conns --tls`, 3 000 connections, 2026-11-26: 8.2 KiB
-/// against 0.4 KiB plain; memcached -Z: 14.7 KiB).
+/// one's (docs/benchmarks.md, "TLS: memory per idle connection").
 pub const SESSION_BYTES: u64 = 8 * 1024;
 
 /// Sessions the server-side cache keeps with `ssl_session_cache`: OpenSSL's default
