@@ -156,9 +156,11 @@ fn plaintext_client_on_tls_port() {
             kind.name(),
             reply.describe()
         );
+        // memcached counts the failure only when the bytes came before its listener
+        // thread's SSL_accept, which depends on timing; ferrocache always counts it.
         // The counter moves on the server's own schedule: poll, bounded.
         let deadline = Instant::now() + READ_TIMEOUT;
-        while stat(&server, "ssl_handshake_errors") == before {
+        while kind == ServerKind::Ferrocache && stat(&server, "ssl_handshake_errors") == before {
             assert!(Instant::now() < deadline, "{}: not counted", kind.name());
             std::thread::sleep(Duration::from_millis(20));
         }
