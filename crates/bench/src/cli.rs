@@ -13,8 +13,8 @@ use anyhow::{bail, Context};
 use clap::Parser;
 
 use crate::config::{Config, Load, Protocol, Server, Transport};
-use crate::engine::tls::{TlsClient, TlsOptions};
 use crate::schedule::Arrival;
+use crate::tls::{TlsClient, TlsOptions};
 use crate::verify::MIN_VERIFIED_VALUE_BYTES;
 use crate::workload::{KeyDist, SetMode, SizeDist, Workload};
 

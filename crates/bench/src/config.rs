@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::Duration;
 
-use crate::engine::tls::TlsClient;
 use crate::schedule::Arrival;
+use crate::tls::TlsClient;
 use crate::workload::Workload;
 
 /// One `--server HOST:PORT`.

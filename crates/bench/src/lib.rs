@@ -29,5 +29,6 @@ pub mod rng;
 pub mod schedule;
 pub mod search;
 pub mod stats;
+pub mod tls;
 pub mod verify;
 pub mod workload;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{ferrobench, ferrobench_json, free_port, Memcached, MEMCACHED};
 use ferrobench::compare::tls::Pki;
-use ferrobench::engine::tls::{Blocking, TlsClient, TlsOptions};
+use ferrobench::tls::{Blocking, TlsClient, TlsOptions};
 
 /// memcached -Z on a free port, killed by PID on drop.
 struct TlsMemcached {

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::procs::{pinned_command, Spawned};
 use super::procstat::{self, CpuTicks};
-use crate::engine::tls::{Blocking, TlsClient};
+use crate::tls::{Blocking, TlsClient};
 
 /// How long a server may take to accept its first connection.
 const START_TIMEOUT: Duration = Duration::from_secs(10);

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::load::{self, RunFigures};
 use super::servers::{stats_of, Binaries, Kind, Server, ServerTls, CONN_LIMIT};
 use super::summary::Summary;
-use crate::engine::tls::{Blocking, TlsClient, TlsOptions};
+use crate::tls::{Blocking, TlsClient, TlsOptions};
 
 /// The workload when `--tls-preset` is not given: memslap-like, 50
 /// connections of single 20-byte gets on 20-byte values.

@@ -11,11 +11,11 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use protocol::client::ReplyBuffer;
 
-use super::tls::Blocking;
 use super::{filler, wire, CONNECT_TIMEOUT};
 use crate::config::Config;
 use crate::ketama::Ketama;
 use crate::rng::Rng;
+use crate::tls::Blocking;
 use crate::verify;
 use crate::workload::{write_key, OpKind, MAX_KEY_BYTES};
 
