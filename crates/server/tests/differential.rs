@@ -20,6 +20,8 @@
 mod common;
 #[path = "differential/gen.rs"]
 mod gen;
+#[path = "common/tls.rs"]
+mod tls_client;
 
 use std::collections::HashMap;
 
@@ -65,7 +67,7 @@ impl Side {
             args.extend_from_slice(ferrocache_args);
         }
         let server = ServerProcess::start(kind, &args);
-        let conn = server.connect();
+        let conn = open(&server);
         Side {
             server,
             conn,
@@ -146,7 +148,16 @@ impl Side {
     }
 
     fn reconnect(&mut self) {
-        self.conn = self.server.connect();
+        self.conn = open(&self.server);
+    }
+}
+
+/// A connection to `server`: over TLS, trusting the test CA, when it runs `-Z`.
+fn open(server: &ServerProcess) -> Client {
+    if server.args.iter().any(|a| a == "-Z") {
+        tls_client::connect_to(server)
+    } else {
+        server.connect()
     }
 }
 
@@ -487,7 +498,7 @@ fn random_streams_without_cas() {
 #[test]
 fn random_streams_over_tls() {
     let count = common::env_u64("FERRO_DIFF_STREAMS", 150);
-    let args: Vec<&'static str> = common::tls::server_args("")
+    let args: Vec<&'static str> = tls_client::server_args("")
         .into_iter()
         .map(|a| &*Box::leak(a.into_boxed_str()))
         .collect();

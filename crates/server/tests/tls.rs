@@ -6,14 +6,16 @@
 //! `scripts/test`, which runs this suite on each.
 
 mod common;
+#[path = "common/tls.rs"]
+mod tls_client;
 
 use std::fs;
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::tls::{client_config, client_config_with, fixture, server_args};
 use common::{Client, Ending, Rng, ServerKind, ServerProcess, READ_TIMEOUT};
+use tls_client::{client_config, client_config_with, connect_to, fixture, server_args, session};
 
 fn start(kind: ServerKind, extra: &str, more: &[&str]) -> ServerProcess {
     let mut args = server_args(extra);
@@ -24,7 +26,7 @@ fn start(kind: ServerKind, extra: &str, more: &[&str]) -> ServerProcess {
 
 /// The server's `stats` number `name`, read over a fresh TLS connection.
 fn stat(server: &ServerProcess, name: &str) -> u64 {
-    server.connect().stat(name)
+    connect_to(server).stat(name)
 }
 
 fn value(len: usize, seed: u64) -> Vec<u8> {
@@ -35,8 +37,8 @@ fn value(len: usize, seed: u64) -> Vec<u8> {
 #[test]
 fn text_meta_and_binary_over_tls() {
     let server = start(ServerKind::Ferrocache, "", &[]);
-    let mut c = server.connect();
-    assert!(c.tls().is_some_and(|t| t.protocol_version().is_some()));
+    let mut c = connect_to(&server);
+    assert!(session(&c).is_some_and(|t| t.protocol_version().is_some()));
     assert_eq!(c.request(b"set small 5 0 2\r\nhi\r\n"), b"STORED\r\n");
     assert_eq!(
         c.request(b"get small\r\n"),
@@ -73,7 +75,7 @@ fn text_meta_and_binary_over_tls() {
     assert_eq!(c.request(&pipeline), want);
 
     // The binary protocol: a set then a get of the same key (opcodes 0x01 and 0x00).
-    let mut b = server.connect();
+    let mut b = connect_to(&server);
     let mut set = vec![0x80, 0x01, 0, 3, 8, 0, 0, 0, 0, 0, 0, 19];
     set.extend_from_slice(&[0; 12]); // opaque, cas
     set.extend_from_slice(&[0, 0, 0, 9, 0, 0, 0, 0]); // flags 9, exptime 0
@@ -97,7 +99,7 @@ fn text_meta_and_binary_over_tls() {
 #[test]
 fn requests_split_across_records() {
     let server = start(ServerKind::Ferrocache, "", &[]);
-    let mut c = server.connect();
+    let mut c = connect_to(&server);
     let mut rng = Rng::new(7);
     for round in 0..20u64 {
         let len = rng.range_usize(1, 40_000);
@@ -127,7 +129,7 @@ fn notls_listener_beside_tls() {
         let plain_port = common::probably_free_port();
         let notls = format!("notls:127.0.0.1:{plain_port}");
         let server = start(kind, "", &["-l", &notls]);
-        let mut tls = server.connect();
+        let mut tls = connect_to(&server);
         assert_eq!(tls.request(b"set shared 0 0 3\r\nabc\r\n"), b"STORED\r\n");
         let mut plain = Client::connect(plain_port);
         assert_eq!(
@@ -165,7 +167,7 @@ fn plaintext_client_on_tls_port() {
             std::thread::sleep(Duration::from_millis(20));
         }
         // The server still serves TLS.
-        server.connect().assert_answers(kind.name());
+        connect_to(&server).assert_answers(kind.name());
     }
 }
 
@@ -181,7 +183,7 @@ fn mutual_tls_modes() {
         );
         let port = server.port;
         // A client certificate from the CA: served in every mode.
-        Client::connect_tls(port, client_config(Some("client"))).assert_answers("CA client");
+        tls_client::connect(port, client_config(Some("client"))).assert_answers("CA client");
         // One from another CA: refused in every mode.
         assert!(
             refused(port, client_config(Some("rogue-client"))),
@@ -194,9 +196,8 @@ fn mutual_tls_modes() {
             mode >= 2,
             "mode {mode}: client without a certificate"
         );
-        let settings = server
-            .connect_with(client_config(Some("client")))
-            .stats("settings");
+        let settings =
+            tls_client::connect(server.port, client_config(Some("client"))).stats("settings");
         let flags = [0, 1, 3, 7][mode];
         assert_eq!(settings["ssl_verify_mode"], flags.to_string());
     }
@@ -204,7 +205,7 @@ fn mutual_tls_modes() {
 
 /// Whether a TLS client with `config` fails to get an answer.
 fn refused(port: u16, config: std::sync::Arc<rustls::ClientConfig>) -> bool {
-    let Ok(mut c) = Client::try_connect_tls(port, config) else {
+    let Ok(mut c) = tls_client::try_connect(port, config) else {
         return true;
     };
     // Under TLS 1.3 the client's side of the handshake ends before the server checks
@@ -232,7 +233,7 @@ fn refresh_certs_with_connections_open() {
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = ServerProcess::start(ServerKind::Ferrocache, &args);
-    let mut old = server.connect();
+    let mut old = connect_to(&server);
     assert_eq!(old.request(b"set k 0 0 1\r\nx\r\n"), b"STORED\r\n");
     let first = peer_certificate(&old);
     assert_eq!(first, fixture_der("server.pem"));
@@ -240,7 +241,7 @@ fn refresh_certs_with_connections_open() {
     fs::copy(fixture("server2.pem"), &chain).unwrap();
     fs::copy(fixture("server2.key"), &key).unwrap();
     assert_eq!(old.request(b"refresh_certs\r\n"), b"OK\r\n");
-    let new = server.connect();
+    let new = connect_to(&server);
     assert_eq!(peer_certificate(&new), fixture_der("server2.pem"));
     assert_eq!(old.request(b"get k\r\n"), b"VALUE k 0 1\r\nx\r\nEND\r\n");
     assert_eq!(
@@ -257,7 +258,7 @@ fn refresh_certs_with_connections_open() {
         "{reply:?}"
     );
     assert_eq!(
-        peer_certificate(&server.connect()),
+        peer_certificate(&connect_to(&server)),
         fixture_der("server2.pem")
     );
     let stats = old.stats("");
@@ -295,12 +296,12 @@ fn expired_and_mismatched_certificates() {
     ];
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = ServerProcess::start(ServerKind::Ferrocache, &argv);
-    let err = Client::try_connect_tls(server.port, client_config(None))
+    let err = tls_client::try_connect(server.port, client_config(None))
         .err()
         .expect("an expired certificate was accepted");
     assert!(err.to_string().contains("expired"), "{err}");
     // A client that trusts anything still gets served.
-    Client::connect_tls(server.port, client_config_with(None, None)).assert_answers("any");
+    tls_client::connect(server.port, client_config_with(None, None)).assert_answers("any");
 
     let mismatched = vec![
         "-p".to_string(),
@@ -337,7 +338,7 @@ fn stalled_handshakes_are_bounded() {
     // A real client now either gets memcached's refusal or waits: never a session.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(mut c) = Client::try_connect_tls(server.port, client_config(None)) {
+        if let Ok(mut c) = tls_client::try_connect(server.port, client_config(None)) {
             if c.try_send(b"version\r\n").is_ok() {
                 let reply = c.read_until(READ_TIMEOUT, |b| b.ends_with(b"\r\n"));
                 if reply.bytes.starts_with(b"VERSION ") {
@@ -359,7 +360,7 @@ fn stalled_handshakes_are_bounded() {
 }
 
 fn peer_certificate(c: &Client) -> Vec<u8> {
-    c.tls()
+    session(c)
         .and_then(|t| t.peer_certificates())
         .and_then(|certs| certs.first())
         .expect("a peer certificate")
@@ -384,9 +385,9 @@ fn tempdir(tag: &str) -> String {
 #[test]
 fn tls_sessions_count_in_connection_memory() {
     let server = start(ServerKind::Ferrocache, "", &[]);
-    let mut c = server.connect();
+    let mut c = connect_to(&server);
     let before = c.stat("conn_state_bytes");
-    let open: Vec<Client> = (0..32).map(|_| server.connect()).collect();
+    let open: Vec<Client> = (0..32).map(|_| connect_to(&server)).collect();
     let after = c.stat("conn_state_bytes");
     assert!(
         after >= before + 32 * 8192,
@@ -407,11 +408,11 @@ fn session_cache_resumes() {
         );
         // One client configuration, so its session store carries over.
         let config = client_config(None);
-        let mut first = server.connect_with(config.clone());
+        let mut first = tls_client::connect(server.port, config.clone());
         first.assert_answers("first");
-        let mut second = server.connect_with(config);
+        let mut second = tls_client::connect(server.port, config);
         second.assert_answers("second");
-        let kind = second.tls().and_then(|t| t.handshake_kind());
+        let kind = session(&second).and_then(|t| t.handshake_kind());
         let resumed = kind == Some(rustls::HandshakeKind::Resumed);
         assert_eq!(resumed, cache, "session cache {cache}: {kind:?}");
         let stats = second.stats("");

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -49,46 +48,25 @@ impl Reply {
 }
 
 pub struct Client {
-    stream: Stream,
+    stream: Box<dyn Transport>,
 }
 
-/// The socket, plain or with a TLS session over it (`tls.rs`).
-enum Stream {
-    Plain(TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+/// A connected socket the client talks through: plain TCP here; TLS in `tls.rs`, which
+/// only the TLS tests include, so that the other test binaries do not build rustls.
+pub trait Transport: Read + Write + Send {
+    /// The TCP socket underneath (timeouts, shutdown, addresses).
+    fn tcp(&self) -> &TcpStream;
+    /// For the TLS tests to reach their session.
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
-impl Stream {
+impl Transport for TcpStream {
     fn tcp(&self) -> &TcpStream {
-        match self {
-            Stream::Plain(s) => s,
-            Stream::Tls(s) => &s.sock,
-        }
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Plain(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
-        }
+        self
     }
 
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Plain(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
-        }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
@@ -112,40 +90,18 @@ impl Client {
         stream.set_nodelay(true)?;
         stream.set_write_timeout(Some(READ_TIMEOUT))?;
         Ok(Client {
-            stream: Stream::Plain(stream),
+            stream: Box::new(stream),
         })
     }
 
-    /// Connects over TLS with `config`, and completes the handshake (so a refused
-    /// handshake is an error here, not at the first request).
-    pub fn try_connect_tls(port: u16, config: Arc<rustls::ClientConfig>) -> io::Result<Client> {
-        let tcp = TcpStream::connect(("127.0.0.1", port))?;
-        tcp.set_nodelay(true)?;
-        tcp.set_write_timeout(Some(READ_TIMEOUT))?;
-        tcp.set_read_timeout(Some(READ_TIMEOUT))?;
-        let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
-        let session = rustls::ClientConnection::new(config, name).map_err(io::Error::other)?;
-        let mut stream = rustls::StreamOwned::new(session, tcp);
-        while stream.conn.is_handshaking() {
-            stream.conn.complete_io(&mut stream.sock)?;
-        }
-        Ok(Client {
-            stream: Stream::Tls(Box::new(stream)),
-        })
+    /// A client over an already connected transport (`tls.rs`).
+    pub fn over(stream: Box<dyn Transport>) -> Client {
+        Client { stream }
     }
 
-    /// [`Client::try_connect_tls`], or panics.
-    pub fn connect_tls(port: u16, config: Arc<rustls::ClientConfig>) -> Client {
-        Client::try_connect_tls(port, config)
-            .unwrap_or_else(|e| panic!("TLS connect to 127.0.0.1:{port}: {e}"))
-    }
-
-    /// The TLS session, on a TLS connection.
-    pub fn tls(&self) -> Option<&rustls::ClientConnection> {
-        match &self.stream {
-            Stream::Plain(_) => None,
-            Stream::Tls(s) => Some(&s.conn),
-        }
+    /// The transport, for the TLS tests to look at their session.
+    pub fn transport(&self) -> &dyn Transport {
+        &*self.stream
     }
 
     /// Writes all of `bytes` in one call, or panics.

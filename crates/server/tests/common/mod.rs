@@ -13,10 +13,12 @@
 
 mod client;
 mod rng;
-pub mod tls;
+// `tls.rs` (TLS clients and the test certificates) is not a module here: the TLS tests
+// include it themselves (`#[path = "common/tls.rs"] mod tls_client;`), so the other
+// test binaries are built without rustls.
 
 #[allow(unused_imports)] // each test binary uses a different subset
-pub use client::{escape, Client, Ending, Reply, READ_TIMEOUT};
+pub use client::{escape, Client, Ending, Reply, Transport, READ_TIMEOUT};
 pub use rng::Rng;
 
 use std::collections::{HashMap, HashSet};
@@ -274,19 +276,9 @@ impl ServerProcess {
         self.child.id()
     }
 
-    /// Opens a client connection: over TLS, trusting the test CA, when the server was
-    /// started with `-Z`.
+    /// Opens a client connection (plain TCP; `tls.rs` has the TLS one).
     pub fn connect(&self) -> Client {
-        if self.args.iter().any(|a| a == "-Z") {
-            Client::connect_tls(self.port, tls::client_config(None))
-        } else {
-            Client::connect(self.port)
-        }
-    }
-
-    /// Opens a TLS connection with `config`.
-    pub fn connect_with(&self, config: std::sync::Arc<rustls::ClientConfig>) -> Client {
-        Client::connect_tls(self.port, config)
+        Client::connect(self.port)
     }
 
     /// A one-line description for failure messages.

@@ -1,7 +1,61 @@
-//! The TLS tests' certificates (`tests/tls/`, made by its `make-fixtures.py`) and the
-//! client configurations that trust them.
+//! TLS for the tests that need it (`tls.rs`, `differential.rs`), which include this file
+//! as `#[path = "common/tls.rs"] mod tls_client;`: the test certificates (`tests/tls/`,
+//! made by its `make-fixtures.py`), client configurations that trust them, and
+//! [`Client`]s over TLS.
 
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::io;
+use std::net::TcpStream;
 use std::sync::Arc;
+
+use crate::common::{Client, ServerProcess, Transport, READ_TIMEOUT};
+
+type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+impl Transport for TlsStream {
+    fn tcp(&self) -> &TcpStream {
+        &self.sock
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// Connects to 127.0.0.1:`port` over TLS with `config` and completes the handshake, so a
+/// refused handshake is an error here, not at the first request.
+pub fn try_connect(port: u16, config: Arc<rustls::ClientConfig>) -> io::Result<Client> {
+    let tcp = TcpStream::connect(("127.0.0.1", port))?;
+    tcp.set_nodelay(true)?;
+    tcp.set_write_timeout(Some(READ_TIMEOUT))?;
+    tcp.set_read_timeout(Some(READ_TIMEOUT))?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let session = rustls::ClientConnection::new(config, name).map_err(io::Error::other)?;
+    let mut stream = rustls::StreamOwned::new(session, tcp);
+    while stream.conn.is_handshaking() {
+        stream.conn.complete_io(&mut stream.sock)?;
+    }
+    Ok(Client::over(Box::new(stream)))
+}
+
+/// [`try_connect`], or panics.
+pub fn connect(port: u16, config: Arc<rustls::ClientConfig>) -> Client {
+    try_connect(port, config).unwrap_or_else(|e| panic!("TLS connect to 127.0.0.1:{port}: {e}"))
+}
+
+/// A TLS connection to `server`, trusting the test CA.
+pub fn connect_to(server: &ServerProcess) -> Client {
+    connect(server.port, client_config(None))
+}
+
+/// The TLS session of a client made here.
+pub fn session(c: &Client) -> Option<&rustls::ClientConnection> {
+    c.transport()
+        .as_any()
+        .downcast_ref::<TlsStream>()
+        .map(|s| &s.conn)
+}
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
