@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -80,7 +79,7 @@ impl TlsMemcached {
                 Blocking::connect(Some(client), "127.0.0.1", &addr, Duration::from_secs(2))
             {
                 conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-                return match stats_pid(&mut conn) {
+                return match common::stats_pid_on(&mut conn) {
                     Some(pid) => pid == self.child.id(),
                     None => std::net::TcpStream::connect(addr).is_ok(),
                 };
@@ -97,24 +96,6 @@ impl TlsMemcached {
     fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
-}
-
-/// The PID `stats` reports on `conn`.
-fn stats_pid(conn: &mut Blocking) -> Option<u32> {
-    conn.write_all(b"stats\r\n").ok()?;
-    let mut reply = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !reply.ends_with(b"END\r\n") {
-        let n = conn.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        reply.extend_from_slice(&chunk[..n]);
-    }
-    String::from_utf8_lossy(&reply)
-        .lines()
-        .find_map(|line| line.strip_prefix("STAT pid "))
-        .and_then(|pid| pid.trim().parse().ok())
 }
 
 impl Drop for TlsMemcached {

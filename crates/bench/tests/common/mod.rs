@@ -114,6 +114,11 @@ const START_ATTEMPTS: usize = 5;
 fn stats_pid(port: u16) -> Option<u32> {
     let mut conn = TcpStream::connect(("127.0.0.1", port)).ok()?;
     conn.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stats_pid_on(&mut conn)
+}
+
+/// The PID that `stats` on an open connection (plain or TLS) reports.
+pub fn stats_pid_on(conn: &mut (impl Read + Write)) -> Option<u32> {
     conn.write_all(b"stats\r\n").ok()?;
     let mut reply = Vec::new();
     let mut chunk = [0u8; 4096];
