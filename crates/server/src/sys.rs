@@ -29,11 +29,12 @@ fn shutdown_sigset() -> libc::sigset_t {
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGUSR1);
+        libc::sigaddset(&mut set, libc::SIGHUP);
     }
     set
 }
 
-/// Block SIGINT, SIGTERM and SIGUSR1 in the calling thread and every thread it
+/// Block SIGINT, SIGTERM, SIGUSR1 and SIGHUP in the calling thread and every thread it
 /// spawns afterwards, so that only [`wait_for_shutdown_signal`] receives them.
 pub fn block_shutdown_signals() -> io::Result<()> {
     let set = shutdown_sigset();
@@ -48,7 +49,8 @@ pub fn block_shutdown_signals() -> io::Result<()> {
     Ok(())
 }
 
-/// Wait until one of the shutdown signals arrives; returns its number.
+/// Wait until one of the signals [`block_shutdown_signals`] blocked arrives (SIGHUP
+/// included, which reloads rather than stops); returns its number.
 #[must_use]
 pub fn wait_for_shutdown_signal() -> i32 {
     let set = shutdown_sigset();

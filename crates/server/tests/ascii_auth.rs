@@ -213,3 +213,45 @@ fn refuses_to_start_as_memcached_does() {
     let _ = std::fs::remove_file(&good);
     let _ = std::fs::remove_file(&malformed);
 }
+
+/// SIGHUP reads the `-Y` file again and the server keeps running: the new entries let a
+/// client in, the old ones no longer do. memcached reloads on its next clock tick, so
+/// the new entry is polled for, bounded.
+#[test]
+fn sighup_reloads_the_file() {
+    for kind in [ServerKind::Memcached, ServerKind::Ferrocache] {
+        let file = auth_file(&format!("hup-{}", kind.name()), "alice:pw1\n");
+        let mut server = start(kind, &file);
+        // One attempt per connection, read to its line: before authentication only the
+        // last reply of a read arrives, so no barrier can follow it.
+        let attempt = |user_pw: &str| {
+            let mut c = Client::connect(server.port);
+            c.send(format!("set x 0 0 {}\r\n{user_pw}\r\n", user_pw.len()).as_bytes());
+            let reply = c.read_until(READ_TIMEOUT, |b| b.ends_with(b"\r\n"));
+            String::from_utf8_lossy(&reply.bytes).into_owned()
+        };
+        assert_eq!(attempt("alice pw1"), "STORED\r\n", "{}", kind.name());
+        std::fs::write(&file, "bob:pw2\n").unwrap();
+        // SAFETY: kill(2) on the child's PID, which is not reaped yet (the
+        // ServerProcess owns it), touches no memory of this process.
+        let rc = unsafe { libc::kill(server.id() as i32, libc::SIGHUP) };
+        assert_eq!(rc, 0);
+        let deadline = std::time::Instant::now() + READ_TIMEOUT;
+        while attempt("bob pw2") != "STORED\r\n" {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{}: the new entry never let a client in",
+                kind.name()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(
+            attempt("alice pw1"),
+            "CLIENT_ERROR authentication failure\r\n",
+            "{}",
+            kind.name()
+        );
+        assert!(server.try_wait().is_none(), "{} exited on SIGHUP", kind.name());
+        std::fs::remove_file(&file).unwrap();
+    }
+}

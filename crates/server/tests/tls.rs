@@ -219,7 +219,7 @@ fn refused(port: u16, config: std::sync::Arc<rustls::ClientConfig>) -> bool {
 
 /// `refresh_certs` loads the files again: new connections get the new certificate,
 /// open ones keep working, and a broken file leaves the old one in place with
-/// memcached's error line.
+/// memcached's error line. SIGHUP does the same.
 #[test]
 fn refresh_certs_with_connections_open() {
     let dir = tempdir("refresh");
@@ -263,6 +263,19 @@ fn refresh_certs_with_connections_open() {
     );
     let stats = old.stats("");
     assert!(stats.contains_key("time_since_server_cert_refresh"));
+
+    // SIGHUP reloads them too, and the server keeps running.
+    fs::copy(fixture("server.pem"), &chain).unwrap();
+    fs::copy(fixture("server.key"), &key).unwrap();
+    // SAFETY: kill(2) on the child's PID, which is not reaped yet (the ServerProcess
+    // owns it), touches no memory of this process.
+    assert_eq!(unsafe { libc::kill(server.id() as i32, libc::SIGHUP) }, 0);
+    let deadline = Instant::now() + READ_TIMEOUT;
+    while peer_certificate(&connect_to(&server)) != fixture_der("server.pem") {
+        assert!(Instant::now() < deadline, "SIGHUP did not reload the certificate");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(old.request(b"get k\r\n"), b"VALUE k 0 1\r\nx\r\nEND\r\n");
     fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -41,10 +41,10 @@ const MAX_LINE_BYTES: usize = 2048;
 /// Largest data block (with its `\r\n`) waited for: memcached's read buffer.
 const MAX_DATA_BYTES: usize = 16 * 1024;
 
-/// The loaded `-Y` file.
+/// The loaded `-Y` file; SIGHUP reads it again ([`AuthFile::reload`]).
 pub struct AuthFile {
     path: String,
-    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    entries: std::sync::RwLock<Vec<(Vec<u8>, Vec<u8>)>>,
 }
 
 /// Why the file could not be used; `Display` is memcached's message.
@@ -77,8 +77,17 @@ impl AuthFile {
         let entries = parse(&bytes).ok_or_else(|| AuthFileError::Malformed(path.to_string()))?;
         Ok(AuthFile {
             path: path.to_string(),
-            entries,
+            entries: std::sync::RwLock::new(entries),
         })
+    }
+
+    /// Read the file again (SIGHUP, as memcached does): on success its entries replace
+    /// the old ones; on failure the old ones stay.
+    pub fn reload(&self) -> Result<(), AuthFileError> {
+        let fresh = AuthFile::load(&self.path)?;
+        let entries = fresh.entries.into_inner().unwrap_or_else(|e| e.into_inner());
+        *self.entries.write().unwrap_or_else(|e| e.into_inner()) = entries;
+        Ok(())
     }
 
     /// The file's path, as `stats settings` shows it (`auth_enabled_ascii`).
@@ -90,7 +99,8 @@ impl AuthFile {
     /// whatever matched before, so the time taken does not tell how much of a guess was
     /// right.
     pub fn check(&self, user: &[u8], password: &[u8]) -> bool {
-        self.entries.iter().fold(false, |found, (u, p)| {
+        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
+        entries.iter().fold(false, |found, (u, p)| {
             found | (same_bytes(u, user) & same_bytes(p, password))
         })
     }

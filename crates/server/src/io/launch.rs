@@ -5,6 +5,7 @@
 //! ```text
 //!   start         ── with -e: load the memory file (state/restart.rs), then bind
 //!   signal thread ── sigwait(SIGINT/SIGTERM/SIGUSR1) ──> shutting_down + wake workers;
+//!                    SIGHUP: reload the -Y file and the TLS certificates, keep going;
 //!                    after SIGUSR1, once every thread is joined: save the memory file
 //!   maintenance   ── every second: clock tick, expired-item sweep
 //!   worker 0..N   ── own event loop, own SO_REUSEPORT listener per address,
@@ -199,7 +200,12 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
             })?
     };
 
-    let sig = crate::sys::wait_for_shutdown_signal();
+    let sig = loop {
+        match crate::sys::wait_for_shutdown_signal() {
+            libc::SIGHUP => reload(&shared),
+            sig => break sig,
+        }
+    };
     // SIGUSR1 (or `shutdown graceful`) is memcached's graceful stop, which it announces
     // whatever the verbosity; with -e it saves the cache once everything has stopped.
     let graceful = sig == libc::SIGUSR1;
@@ -225,6 +231,25 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// SIGHUP: read the `-Y` file again, as memcached does, and the TLS certificates (what
+/// `refresh_certs` does). The server keeps running whatever happens; a file that cannot
+/// be read leaves the old one in force and is reported on standard error.
+fn reload(shared: &Shared) {
+    if let Some(auth) = &shared.ascii_auth {
+        if let Err(e) = auth.reload() {
+            eprintln!("ferrocache: SIGHUP: {e}");
+        }
+    }
+    if let Some(tls) = &shared.tls {
+        if let Err(e) = tls.refresh(shared.clock.now()) {
+            eprintln!("ferrocache: SIGHUP: {e}");
+        }
+    }
+    if shared.settings.verbose > 0 {
+        eprintln!("ferrocache: SIGHUP: reloaded");
+    }
 }
 
 /// Once a second: advance the clock, while the LRU crawler is enabled (see
