@@ -251,7 +251,11 @@ fn sighup_reloads_the_file() {
             "{}",
             kind.name()
         );
-        assert!(server.try_wait().is_none(), "{} exited on SIGHUP", kind.name());
+        assert!(
+            server.try_wait().is_none(),
+            "{} exited on SIGHUP",
+            kind.name()
+        );
         std::fs::remove_file(&file).unwrap();
     }
 }

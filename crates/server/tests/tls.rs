@@ -272,7 +272,10 @@ fn refresh_certs_with_connections_open() {
     assert_eq!(unsafe { libc::kill(server.id() as i32, libc::SIGHUP) }, 0);
     let deadline = Instant::now() + READ_TIMEOUT;
     while peer_certificate(&connect_to(&server)) != fixture_der("server.pem") {
-        assert!(Instant::now() < deadline, "SIGHUP did not reload the certificate");
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP did not reload the certificate"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(old.request(b"get k\r\n"), b"VALUE k 0 1\r\nx\r\nEND\r\n");

@@ -85,7 +85,10 @@ impl AuthFile {
     /// the old ones; on failure the old ones stay.
     pub fn reload(&self) -> Result<(), AuthFileError> {
         let fresh = AuthFile::load(&self.path)?;
-        let entries = fresh.entries.into_inner().unwrap_or_else(|e| e.into_inner());
+        let entries = fresh
+            .entries
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
         *self.entries.write().unwrap_or_else(|e| e.into_inner()) = entries;
         Ok(())
     }
@@ -229,7 +232,7 @@ mod tests {
     fn file(text: &[u8]) -> AuthFile {
         AuthFile {
             path: "test".into(),
-            entries: parse(text).expect("well formed"),
+            entries: std::sync::RwLock::new(parse(text).expect("well formed")),
         }
     }
 
