@@ -306,6 +306,10 @@ pub struct Settings {
     pub tls: TlsOptions,
     /// `-e`: the memory file of a warm restart (`state/restart.rs`).
     pub memory_file: Option<String>,
+    /// memcached's slab classes under `-f`, `-n`, `slab_chunk_max` and `slab_sizes`:
+    /// what `stats items`, `stats slabs` and `cachedump` group items by
+    /// (`storage::classes`).
+    pub classes: storage::ClassConfig,
 }
 
 /// A cas no item has: the store's counter starts at 1 and counts up by one per write.
@@ -511,6 +515,7 @@ impl Settings {
         for entry in &listen {
             ListenSpec::parse(entry, tls.enabled)?;
         }
+        let factor = a.growth_factor.parse().unwrap_or(1.25);
         Ok(Settings {
             tls,
             port: a.port,
@@ -552,6 +557,11 @@ impl Settings {
             max_core: a.coredumps,
             extended,
             memory_file: a.memory_file,
+            classes: storage::ClassConfig {
+                factor,
+                chunk_size: a.chunk_size,
+                ..storage::ClassConfig::default()
+            },
         })
     }
 }

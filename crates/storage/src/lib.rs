@@ -48,6 +48,7 @@
 //! ```
 
 mod arith;
+pub mod classes;
 mod evict;
 mod index;
 mod item;
@@ -61,6 +62,7 @@ pub mod store;
 mod table;
 mod time_log;
 
+pub use classes::{ClassConfig, SlabClasses};
 pub use evict::Crawl;
 pub use index::Located;
 pub use meta::{ItemMut, MetaArith, MetaStore};
