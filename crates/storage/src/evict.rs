@@ -87,12 +87,15 @@ impl Store {
                     self.segments[seg as usize]
                         .pending
                         .fetch_add(1, Ordering::Relaxed);
+                    let ntotal = self.memcached_total(new.klen, new.vlen, new.flags != 0);
                     return Some(Reservation {
                         seg,
                         off: top,
                         len: len as u32,
                         cas,
                         wide,
+                        ntotal: ntotal as u32,
+                        class: self.classes.class_of(ntotal) as u8,
                     });
                 }
                 *active = None;
@@ -386,10 +389,11 @@ impl Store {
                 match self.liveness(&hdr, now) {
                     Liveness::Expired | Liveness::Flushed => {
                         o.remove();
-                        self.unlinked(held, stats, me);
-                        stats.reclaimed += 1;
+                        let class = self.unlinked(held, stats, me);
+                        let c = stats.class_mut(class);
+                        c.reclaimed += 1;
                         if !fetched {
-                            stats.expired_unfetched += 1;
+                            c.expired_unfetched += 1;
                         }
                     }
                     Liveness::Live
@@ -411,10 +415,26 @@ impl Store {
                     }
                     Liveness::Live => {
                         o.remove();
-                        self.unlinked(held, stats, me);
-                        stats.evictions += 1;
+                        let class = self.unlinked(held, stats, me);
+                        let written = self.time_log.time_of(hdr.cas);
+                        let c = stats.class_mut(class);
+                        c.evicted += 1;
+                        c.evicted_time = now.saturating_sub(written);
+                        if hdr.exptime != 0 {
+                            c.evicted_nonzero += 1;
+                        }
                         if !fetched {
-                            stats.evicted_unfetched += 1;
+                            c.evicted_unfetched += 1;
+                        }
+                        if let Some(sink) = self.eviction_listener() {
+                            sink.evicted(&crate::store::Evicted {
+                                key: walk.key(&rec),
+                                fetched,
+                                exptime: hdr.exptime,
+                                written,
+                                class,
+                                value_len: rec.prefix.vlen,
+                            });
                         }
                     }
                 }
@@ -467,6 +487,11 @@ impl Store {
                     time: self.item_time(&hdr),
                     cas: hdr.cas,
                     fetched: hdr.mark & MARK_FETCHED != 0,
+                    class: self.classes.class_of(self.memcached_total(
+                        hdr.prefix.klen,
+                        hdr.prefix.vlen,
+                        hdr.prefix.has_flags,
+                    )),
                 });
             }
             budget = budget.saturating_sub(end - start + 1);
@@ -580,10 +605,11 @@ impl Store {
             return false;
         }
         table.remove(i, self.hash_entry(held, e));
-        self.unlinked(held, stats, e);
-        stats.reclaimed += 1;
+        let class = self.unlinked(held, stats, e);
+        let c = stats.class_mut(class);
+        c.reclaimed += 1;
         if hdr.mark & MARK_FETCHED == 0 {
-            stats.expired_unfetched += 1;
+            c.expired_unfetched += 1;
         }
         true
     }

@@ -100,17 +100,74 @@ fn fold(a: u64, b: u64) -> u64 {
     (p as u64) ^ (p >> 64) as u64
 }
 
+/// Per-shard counters of one memcached slab class (`classes.rs`), kept under the shard
+/// lock with the shard's other counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassStats {
+    /// Live items, and their size as memcached counts it (`ITEM_ntotal`).
+    pub items: u64,
+    pub requested: u64,
+    pub evicted: u64,
+    /// Evicted items that had an exptime.
+    pub evicted_nonzero: u64,
+    pub evicted_unfetched: u64,
+    /// Seconds between the last evicted item's last write and its eviction.
+    pub evicted_time: u32,
+    /// Expired or flushed items whose space was taken back (by eviction or a sweep).
+    pub reclaimed: u64,
+    pub expired_unfetched: u64,
+}
+
+impl ClassStats {
+    /// Add `o`'s counts into `self`; `evicted_time` is the larger (any shard's last).
+    pub fn add(&mut self, o: &ClassStats) {
+        self.items += o.items;
+        self.requested += o.requested;
+        self.evicted += o.evicted;
+        self.evicted_nonzero += o.evicted_nonzero;
+        self.evicted_unfetched += o.evicted_unfetched;
+        self.evicted_time = self.evicted_time.max(o.evicted_time);
+        self.reclaimed += o.reclaimed;
+        self.expired_unfetched += o.expired_unfetched;
+    }
+
+    /// The levels alone, as `stats reset` leaves them.
+    #[must_use]
+    pub fn levels(&self) -> ClassStats {
+        ClassStats {
+            items: self.items,
+            requested: self.requested,
+            ..ClassStats::default()
+        }
+    }
+}
+
 /// Per-shard counters, kept under the shard lock.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct ShardStats {
     pub curr_items: u64,
     pub bytes: u64,
     pub total_items: u64,
-    pub evictions: u64,
-    pub expired_unfetched: u64,
-    pub evicted_unfetched: u64,
-    pub reclaimed: u64,
     pub items_retained: u64,
+    /// Per memcached slab class, indexed by class id - 1. The shard's evictions and
+    /// reclaims are their sums, so that the shard stays within two cache lines.
+    pub class: Box<[ClassStats]>,
+}
+
+impl ShardStats {
+    /// Counters for `classes` classes, all zero.
+    pub fn with_classes(classes: usize) -> ShardStats {
+        ShardStats {
+            class: vec![ClassStats::default(); classes].into_boxed_slice(),
+            ..ShardStats::default()
+        }
+    }
+
+    /// The counters of class `id` (1-based).
+    #[inline]
+    pub fn class_mut(&mut self, id: usize) -> &mut ClassStats {
+        &mut self.class[id - 1]
+    }
 }
 
 /// One shard of the index.
@@ -142,10 +199,10 @@ pub(crate) struct LockHeld {
 pub(crate) struct ShardSlot(SpinMutex<Shard>);
 
 impl ShardSlot {
-    pub fn new() -> ShardSlot {
+    pub fn new(classes: usize) -> ShardSlot {
         ShardSlot(SpinMutex::new(Shard {
             table: IndexTable::new(),
-            stats: ShardStats::default(),
+            stats: ShardStats::with_classes(classes),
             sweep_bucket: 0,
             held: LockHeld {
                 _only_in_a_shard: (),

@@ -64,12 +64,12 @@ mod time_log;
 
 pub use classes::{ClassConfig, SlabClasses};
 pub use evict::Crawl;
-pub use index::Located;
+pub use index::{ClassStats, Located};
 pub use meta::{ItemMut, MetaArith, MetaStore};
 pub use pin::{Origin, ValuePin};
 pub use store::{
-    ImageError, ImageHead, ImageSource, ImageSummary, KeyHash, Peeked, Store, StoreBuilder, Visit,
-    MEMCACHED_CAS_BYTES, PREFETCH_DISTANCE,
+    Evicted, EvictionSink, ImageError, ImageHead, ImageSource, ImageSummary, KeyHash, Peeked,
+    Store, StoreBuilder, Visit, MEMCACHED_CAS_BYTES, PREFETCH_DISTANCE,
 };
 
 /// Seconds of server uptime. The server's clock starts at 1, so 0 never means "now".
@@ -137,6 +137,8 @@ pub struct DumpItem<'a> {
     pub cas: u64,
     /// Whether it was read since it was stored (memcached's `ITEM_FETCHED`).
     pub fetched: bool,
+    /// Its memcached slab class (`classes.rs`).
+    pub class: usize,
 }
 
 /// The result of a lookup. `Expired` and `Flushed` are misses too; they are told apart

@@ -113,6 +113,10 @@ pub(crate) struct Reservation {
     pub cas: u64,
     /// Whether the record holds its CAS id whole.
     pub wide: bool,
+    /// The item's memcached size (`ITEM_ntotal`) and slab class, for the per-class
+    /// counters.
+    pub ntotal: u32,
+    pub class: u8,
 }
 
 static NEXT_WRITER: AtomicUsize = AtomicUsize::new(0);
@@ -141,7 +145,9 @@ mod tests {
     #[test]
     fn layout() {
         assert_eq!(std::mem::size_of::<GroupSlot>(), 128);
-        assert_eq!(std::mem::size_of::<Reservation>(), 24);
+        // 24 bytes of location, length and cas, and the per-class counters' size and
+        // class.
+        assert_eq!(std::mem::size_of::<Reservation>(), 32);
         // A power of two: a lookup indexes the segment table with a shift, where a
         // 40-byte stride needs a multiply on every key.
         assert_eq!(std::mem::size_of::<SegmentMeta>(), 64);

@@ -50,6 +50,7 @@ pub struct StoreBuilder {
     large_pages: bool,
     memcached_cas: bool,
     lock_memory: bool,
+    classes: crate::ClassConfig,
 }
 
 impl StoreBuilder {
@@ -57,6 +58,13 @@ impl StoreBuilder {
     /// always made, so a tiny limit is rounded up to two segments.
     pub fn memory_limit(mut self, bytes: usize) -> Self {
         self.memory_limit = bytes;
+        self
+    }
+
+    /// memcached's slab classes to count items by (`stats items`, `stats slabs`); the
+    /// default is memcached's `-f 1.25 -n 48`.
+    pub fn slab_classes(mut self, cfg: crate::ClassConfig) -> Self {
+        self.classes = cfg;
         self
     }
 
@@ -159,10 +167,11 @@ impl StoreBuilder {
             .map(|_| SegmentMeta::new(segment_size))
             .collect();
         static STORES: AtomicU64 = AtomicU64::new(0);
+        let classes = crate::SlabClasses::memcached(&self.classes);
         Ok(Store {
             seed: AtomicU64::new(RandomState::new().hash_one(0x5EED_u64)),
             id: STORES.fetch_add(1, Ordering::Relaxed) + 1,
-            shards: (0..shards).map(|_| ShardSlot::new()).collect(),
+            shards: (0..shards).map(|_| ShardSlot::new(classes.len())).collect(),
             hints: (0..MAX_SHARDS)
                 .map(|_| Hint::default())
                 .collect::<Box<[Hint]>>()
@@ -197,6 +206,8 @@ impl StoreBuilder {
             }),
             sweep_shard: AtomicUsize::new(0),
             large_pages,
+            classes,
+            eviction_sink: std::sync::OnceLock::new(),
         })
     }
 }
@@ -212,6 +223,7 @@ impl Store {
             large_pages: false,
             memcached_cas: true,
             lock_memory: false,
+            classes: crate::ClassConfig::default(),
         }
     }
 }

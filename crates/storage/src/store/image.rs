@@ -534,8 +534,18 @@ impl ImageHead {
                 bytes,
                 // memcached counts every item it links back as stored.
                 total_items: items,
-                ..ShardStats::default()
+                ..ShardStats::with_classes(store.classes.len())
             };
+            // The per-class levels are not in the image: counted again from the items.
+            for i in 0..shard.table.positions() {
+                if let Some(e) = shard.table.get(i) {
+                    let p = store.stored_prefix(&shard.held, e);
+                    let ntotal = store.memcached_total(p.klen, p.vlen, p.has_flags);
+                    let c = shard.stats.class_mut(store.classes.class_of(ntotal));
+                    c.items += 1;
+                    c.requested += ntotal as u64;
+                }
+            }
             shard.sweep_bucket = 0;
         }
         for (s, &(live, base)) in store.segments.iter().zip(&meta.segments) {

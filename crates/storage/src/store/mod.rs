@@ -30,6 +30,8 @@ use crate::segment::{LargePageRegion, SegmentMem};
 use crate::{Lookup, RelTime, StoreStats};
 
 mod builder;
+#[cfg(test)]
+mod class_tests;
 mod image;
 mod image_meta;
 mod read;
@@ -90,6 +92,10 @@ pub struct Store {
     pub(crate) sweep_shard: AtomicUsize,
     /// `-k`: segments are locked into RAM as they get memory ([`StoreBuilder::lock_memory`]).
     lock_memory: bool,
+    /// memcached's slab classes, which the per-class counters group items by.
+    pub(crate) classes: crate::SlabClasses,
+    /// Told of each item eviction drops, while it wants to be (`watch evictions`).
+    eviction_sink: std::sync::OnceLock<std::sync::Arc<dyn EvictionSink>>,
     /// The mapping the segments lie in, with large pages (`-L`). Declared after
     /// `segments`, so it is unmapped after they are dropped.
     large_pages: Option<LargePageRegion>,
@@ -105,6 +111,28 @@ impl Drop for Store {
             }
         }
     }
+}
+
+/// An item that eviction dropped, as memcached's `watch evictions` describes it.
+#[derive(Clone, Copy, Debug)]
+pub struct Evicted<'a> {
+    pub key: &'a [u8],
+    /// Whether it was ever read.
+    pub fetched: bool,
+    /// Its exptime (0: none) and the second it was last written, in server time.
+    pub exptime: RelTime,
+    pub written: RelTime,
+    /// Its memcached slab class, and value length.
+    pub class: usize,
+    pub value_len: usize,
+}
+
+/// Where the store reports evictions ([`Store::set_eviction_sink`]). `evicted` runs
+/// under a shard lock, inside the evictor's walk: it must be quick and never block.
+pub trait EvictionSink: Send + Sync {
+    /// Whether anyone listens now; checked before an [`Evicted`] is built.
+    fn wants(&self) -> bool;
+    fn evicted(&self, item: &Evicted<'_>);
 }
 
 /// Bytes that segments and index together may take for a memory limit of `limit`
@@ -258,16 +286,21 @@ impl Store {
     /// Statistics, summed over the shards (each locked briefly in turn).
     pub fn stats(&self) -> StoreStats {
         let mut sum = ShardStats::default();
+        let (mut evictions, mut expired_unfetched, mut evicted_unfetched, mut reclaimed) =
+            (0, 0, 0, 0);
         for i in 0..self.shards.len() {
-            let s = self.shard_at(i).lock().stats;
+            let shard = self.shard_at(i).lock();
+            let s = &shard.stats;
             sum.curr_items += s.curr_items;
             sum.bytes += s.bytes;
             sum.total_items += s.total_items;
-            sum.evictions += s.evictions;
-            sum.expired_unfetched += s.expired_unfetched;
-            sum.evicted_unfetched += s.evicted_unfetched;
-            sum.reclaimed += s.reclaimed;
             sum.items_retained += s.items_retained;
+            for c in s.class.iter() {
+                evictions += c.evicted;
+                expired_unfetched += c.expired_unfetched;
+                evicted_unfetched += c.evicted_unfetched;
+                reclaimed += c.reclaimed;
+            }
         }
         let index_bytes = self.index_bytes();
         let (in_use, limit) = {
@@ -278,10 +311,10 @@ impl Store {
             curr_items: sum.curr_items,
             total_items: sum.total_items,
             bytes: sum.bytes,
-            evictions: sum.evictions,
-            expired_unfetched: sum.expired_unfetched,
-            evicted_unfetched: sum.evicted_unfetched,
-            reclaimed: sum.reclaimed,
+            evictions,
+            expired_unfetched,
+            evicted_unfetched,
+            reclaimed,
             limit_maxbytes: self.memory_limit.load(Ordering::Relaxed) as u64,
             segments_used: in_use as u64,
             segments_total: limit as u64,
@@ -308,6 +341,7 @@ impl Store {
             *s = ShardStats {
                 curr_items: s.curr_items,
                 bytes: s.bytes,
+                class: s.class.iter().map(crate::ClassStats::levels).collect(),
                 ..ShardStats::default()
             };
         }
@@ -397,16 +431,27 @@ impl Store {
 
     /// Account for entry `e` having been removed from a locked shard.
     #[inline]
-    pub(crate) fn unlinked(&self, held: &LockHeld, stats: &mut ShardStats, e: u64) {
-        let len = self.stored_len(held, e);
-        self.unlinked_len(stats, e, len);
+    pub(crate) fn unlinked(&self, held: &LockHeld, stats: &mut ShardStats, e: u64) -> usize {
+        let prefix = self.stored_prefix(held, e);
+        self.unlinked_prefix(stats, e, &prefix)
     }
 
-    /// [`Store::unlinked`] for an entry whose record length is already known.
+    /// [`Store::unlinked`] for an entry whose prefix is already decoded; returns its
+    /// memcached slab class.
     #[inline]
-    pub(crate) fn unlinked_len(&self, stats: &mut ShardStats, e: u64, len: usize) {
+    pub(crate) fn unlinked_prefix(
+        &self,
+        stats: &mut ShardStats,
+        e: u64,
+        prefix: &item::Prefix,
+    ) -> usize {
         let (seg, _) = unpack(e);
-        let len = len as u64;
+        let len = prefix.total_len() as u64;
+        let ntotal = self.memcached_total(prefix.klen, prefix.vlen, prefix.has_flags);
+        let class = self.classes.class_of(ntotal);
+        let c = stats.class_mut(class);
+        c.items -= 1;
+        c.requested -= ntotal as u64;
         stats.curr_items -= 1;
         stats.bytes -= len;
         // Release: pairs with the acquire load in `take_dead_segment`, which may reuse
@@ -414,6 +459,42 @@ impl Store {
         self.segments[seg as usize]
             .live_bytes
             .fetch_sub(len, Ordering::Release);
+        class
+    }
+
+    /// memcached's `ITEM_ntotal` of an item: what it would take there.
+    #[inline]
+    pub(crate) fn memcached_total(&self, klen: usize, vlen: usize, has_flags: bool) -> usize {
+        self.item_overhead + klen + vlen + if has_flags { 4 } else { 0 }
+    }
+
+    /// The slab classes items are counted by.
+    pub fn slab_classes(&self) -> &crate::SlabClasses {
+        &self.classes
+    }
+
+    /// Per-class counters, summed over the shards (each locked briefly in turn); index
+    /// `id - 1` is class `id`.
+    pub fn class_stats(&self) -> Vec<crate::ClassStats> {
+        let mut sum = vec![crate::ClassStats::default(); self.classes.len()];
+        for i in 0..self.shards.len() {
+            let shard = self.shard_at(i).lock();
+            for (s, c) in sum.iter_mut().zip(shard.stats.class.iter()) {
+                s.add(c);
+            }
+        }
+        sum
+    }
+
+    /// Report each eviction to `sink` from now on (once; later calls are ignored).
+    pub fn set_eviction_sink(&self, sink: std::sync::Arc<dyn EvictionSink>) {
+        let _ = self.eviction_sink.set(sink);
+    }
+
+    /// The sink, when it wants evictions now.
+    #[inline]
+    pub(crate) fn eviction_listener(&self) -> Option<&dyn EvictionSink> {
+        self.eviction_sink.get().map(|s| &**s).filter(|s| s.wants())
     }
 }
 

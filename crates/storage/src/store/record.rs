@@ -119,6 +119,14 @@ impl Store {
     /// read from the immutable prefix, so also right after `e` was removed from that
     /// shard's table under the same lock.
     #[inline]
+    pub(crate) fn stored_prefix(&self, _held: &LockHeld, e: u64) -> Prefix {
+        let (seg, off) = unpack(e);
+        // SAFETY: as `stored_len`'s.
+        Prefix::parse(unsafe { self.mem(seg).bytes(off as usize, PREFIX_MAX_BYTES) })
+    }
+
+    /// The record length of entry `e`; the caller holds its shard lock.
+    #[allow(dead_code)]
     pub(crate) fn stored_len(&self, _held: &LockHeld, e: u64) -> usize {
         let (seg, off) = unpack(e);
         // SAFETY: called while `e` is indexed, or right after it was removed, still under

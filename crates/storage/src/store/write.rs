@@ -175,7 +175,7 @@ impl Store {
             if let Some((pos, hd)) = found {
                 if live_cas.is_none() {
                     let old = table.remove(pos, h);
-                    self.unlinked_len(stats, old, hd.prefix.total_len());
+                    self.unlinked_prefix(stats, old, &hd.prefix);
                 }
             }
             drop(shard);
@@ -188,7 +188,7 @@ impl Store {
         match found {
             Some((pos, hd)) => {
                 let old = table.replace(pos, new_e);
-                self.unlinked_len(stats, old, hd.prefix.total_len());
+                self.unlinked_prefix(stats, old, &hd.prefix);
             }
             None => {
                 table.insert_unique(h, new_e, self.rehasher(held));
@@ -601,6 +601,9 @@ impl Store {
         stats.curr_items += 1;
         stats.total_items += 1;
         stats.bytes += u64::from(r.len);
+        let c = stats.class_mut(usize::from(r.class));
+        c.items += 1;
+        c.requested += u64::from(r.ntotal);
         self.segments[r.seg as usize]
             .live_bytes
             .fetch_add(u64::from(r.len), Ordering::Relaxed);
