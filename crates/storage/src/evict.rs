@@ -178,6 +178,7 @@ impl Store {
                     self.peek_next_cas() - self.cas_base(victim.0) > item::NARROW_CAS_SPAN / 2;
                 let budget = if aged { 0 } else { budget };
                 let used = self.evict_segment(victim.0, victim.1, budget, false, now);
+                self.direct_reclaims.fetch_add(1, Ordering::Relaxed);
                 self.reopen_to_pins(victim.0);
                 if used == 0 {
                     self.rebase(victim.0);
@@ -409,7 +410,9 @@ impl Store {
                         if !keep_all {
                             let w = walk.window(held, dest, prefix);
                             item::clear_mark(w, MARK_ACCESSED);
-                            stats.items_retained += 1;
+                            let ntotal =
+                                self.memcached_total(prefix.klen, prefix.vlen, prefix.has_flags);
+                            stats.class_mut(self.classes.class_of(ntotal)).retained += 1;
                             kept += len;
                         }
                     }
@@ -420,6 +423,9 @@ impl Store {
                         let c = stats.class_mut(class);
                         c.evicted += 1;
                         c.evicted_time = now.saturating_sub(written);
+                        if hdr.mark & MARK_ACCESSED != 0 {
+                            c.evicted_active += 1;
+                        }
                         if hdr.exptime != 0 {
                             c.evicted_nonzero += 1;
                         }

@@ -116,6 +116,11 @@ pub struct ClassStats {
     /// Expired or flushed items whose space was taken back (by eviction or a sweep).
     pub reclaimed: u64,
     pub expired_unfetched: u64,
+    /// Evicted items that had been read since their segment was last walked (the
+    /// second chance had no room left for them).
+    pub evicted_active: u64,
+    /// Items the second chance kept when their segment was evicted.
+    pub retained: u64,
 }
 
 impl ClassStats {
@@ -129,6 +134,8 @@ impl ClassStats {
         self.evicted_time = self.evicted_time.max(o.evicted_time);
         self.reclaimed += o.reclaimed;
         self.expired_unfetched += o.expired_unfetched;
+        self.evicted_active += o.evicted_active;
+        self.retained += o.retained;
     }
 
     /// The levels alone, as `stats reset` leaves them.
@@ -148,7 +155,6 @@ pub(crate) struct ShardStats {
     pub curr_items: u64,
     pub bytes: u64,
     pub total_items: u64,
-    pub items_retained: u64,
     /// Per memcached slab class, indexed by class id - 1. The shard's evictions and
     /// reclaims are their sums, so that the shard stays within two cache lines.
     pub class: Box<[ClassStats]>,

@@ -251,6 +251,10 @@ pub struct StoreStats {
     pub budget_bytes: u64,
     /// What [`Store::charge_outside`] last charged.
     pub outside_bytes: u64,
+    /// Segments evicted by writers to make room.
+    pub direct_reclaims: u64,
+    /// Segments the memory limit allows that hold nothing yet.
+    pub free_segments: u64,
 }
 
 /// Why [`StoreBuilder::build`] refused a configuration.

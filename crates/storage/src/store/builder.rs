@@ -208,6 +208,7 @@ impl StoreBuilder {
             large_pages,
             classes,
             eviction_sink: std::sync::OnceLock::new(),
+            direct_reclaims: AtomicU64::new(0),
         })
     }
 }

@@ -94,6 +94,9 @@ pub struct Store {
     lock_memory: bool,
     /// memcached's slab classes, which the per-class counters group items by.
     pub(crate) classes: crate::SlabClasses,
+    /// Segments evicted by writers that needed room (memcached's `direct_reclaims`:
+    /// every eviction here happens in the write path).
+    pub(crate) direct_reclaims: AtomicU64,
     /// Told of each item eviction drops, while it wants to be (`watch evictions`).
     eviction_sink: std::sync::OnceLock<std::sync::Arc<dyn EvictionSink>>,
     /// The mapping the segments lie in, with large pages (`-L`). Declared after
@@ -288,14 +291,15 @@ impl Store {
         let mut sum = ShardStats::default();
         let (mut evictions, mut expired_unfetched, mut evicted_unfetched, mut reclaimed) =
             (0, 0, 0, 0);
+        let mut items_retained = 0;
         for i in 0..self.shards.len() {
             let shard = self.shard_at(i).lock();
             let s = &shard.stats;
             sum.curr_items += s.curr_items;
             sum.bytes += s.bytes;
             sum.total_items += s.total_items;
-            sum.items_retained += s.items_retained;
             for c in s.class.iter() {
+                items_retained += c.retained;
                 evictions += c.evicted;
                 expired_unfetched += c.expired_unfetched;
                 evicted_unfetched += c.evicted_unfetched;
@@ -303,9 +307,13 @@ impl Store {
             }
         }
         let index_bytes = self.index_bytes();
-        let (in_use, limit) = {
+        let (in_use, limit, free) = {
             let pool = self.pool_lock();
-            (pool.in_use(), self.segments_allowed(&pool, index_bytes))
+            (
+                pool.in_use(),
+                self.segments_allowed(&pool, index_bytes),
+                pool.limit.saturating_sub(pool.in_use()),
+            )
         };
         StoreStats {
             curr_items: sum.curr_items,
@@ -319,7 +327,9 @@ impl Store {
             segments_used: in_use as u64,
             segments_total: limit as u64,
             segment_size: self.segment_size as u64,
-            items_retained: sum.items_retained,
+            items_retained,
+            direct_reclaims: self.direct_reclaims.load(Ordering::Relaxed),
+            free_segments: free as u64,
             index_bytes: index_bytes as u64,
             budget_bytes: self.budget() as u64,
             outside_bytes: self.outside_bytes() as u64,
@@ -484,6 +494,25 @@ impl Store {
             }
         }
         sum
+    }
+
+    /// The second the oldest item still in the eviction queue was written, at the
+    /// latest: when the oldest sealed (or else open) segment was opened, as the time of
+    /// the first CAS id it was given. `None` while nothing was ever stored.
+    pub fn oldest_write(&self) -> Option<RelTime> {
+        if self.peek_next_cas() <= 1 {
+            return None;
+        }
+        let front = self.pool_lock().sealed.front().map(|&(seg, _)| seg);
+        let base = match front {
+            Some(seg) => self.cas_base(seg),
+            None => self
+                .groups
+                .iter()
+                .filter_map(|g| g.lock().map(|(seg, _)| self.cas_base(seg)))
+                .min()?,
+        };
+        Some(self.time_log.time_of(base.max(1)))
     }
 
     /// Report each eviction to `sink` from now on (once; later calls are ignored).
