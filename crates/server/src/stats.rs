@@ -121,6 +121,8 @@ counters!(
     conn_yields,
     auth_cmds,
     auth_errors,
+    idle_kicks,
+    listen_disabled_num,
 );
 
 /// Bump a counter owned by the calling worker.

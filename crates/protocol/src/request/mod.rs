@@ -202,14 +202,31 @@ pub enum StatsGroup {
     Reset,
     /// `stats detail on|off|dump`
     Detail(DetailOp),
-    /// `stats slabs`: memcached's two totals (there are no slab classes here).
+    /// `stats slabs`: per memcached slab class, and the totals.
     Slabs,
-    /// `stats sizes`: memcached's reply while size tracking is off.
+    /// `stats items`: per memcached slab class.
+    Items,
+    /// `stats sizes`, `stats sizes_enable`, `stats sizes_disable`.
     Sizes,
+    SizesEnable,
+    SizesDisable,
     /// `stats conns`: the open sockets.
     Conns,
-    /// memcached-internal groups (`items`, `cachedump`): answered with an empty list.
-    Internal,
+    /// `stats cachedump <class> <limit>`, as parsed (the server checks `-X` first).
+    Cachedump(Cachedump),
+}
+
+/// The arguments of `stats cachedump`, or what memcached says about them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cachedump {
+    /// Class id (below 64) and how many items at most (0: as many as fit).
+    Dump { class: u32, limit: u32 },
+    /// Fewer than two arguments: `CLIENT_ERROR bad command line`.
+    TooFew,
+    /// An argument that is not a number: `CLIENT_ERROR bad command line format`.
+    BadFormat,
+    /// A class id of 64 or more: `CLIENT_ERROR Illegal slab id`.
+    IllegalClass,
 }
 
 /// Argument of `stats detail`.

@@ -4,8 +4,8 @@
 use crate::lex::{safe_strtod, safe_strtol, safe_strtoul, safe_strtoull, Tokens};
 use crate::meta::parse_meta;
 use crate::request::{
-    CrawlTarget, CrawlerCommand, DetailOp, DumpClasses, ErrorReply, GetCommand, Keys, MetaCommand,
-    Request, StatsGroup, StoreCommand, TuneCommand, MAX_KEY_LEN,
+    Cachedump, CrawlTarget, CrawlerCommand, DetailOp, DumpClasses, ErrorReply, GetCommand, Keys,
+    MetaCommand, Request, StatsGroup, StoreCommand, TuneCommand, MAX_KEY_LEN,
 };
 
 /// memcached's class list: `all`, `hash`, or class ids joined by commas (empty items
@@ -439,16 +439,21 @@ fn parse_stats<'a>(t: &Tokens<'a>) -> Request<'a> {
             Some(b"dump") => StatsGroup::Detail(DetailOp::Dump),
             _ => return invalid(ErrorReply::StatsDetailUsage),
         },
-        b"cachedump" => {
-            if t.len() + 1 < 5 {
-                return invalid(ErrorReply::BadCommandLine);
+        b"cachedump" => StatsGroup::Cachedump(if t.len() < 4 {
+            Cachedump::TooFew
+        } else {
+            match (safe_strtoul(t.get(2)), safe_strtoul(t.get(3))) {
+                (Some(class), Some(_)) if class >= 64 => Cachedump::IllegalClass,
+                (Some(class), Some(limit)) => Cachedump::Dump { class, limit },
+                _ => Cachedump::BadFormat,
             }
-            StatsGroup::Internal
-        }
+        }),
         b"slabs" => StatsGroup::Slabs,
         b"sizes" => StatsGroup::Sizes,
+        b"sizes_enable" => StatsGroup::SizesEnable,
+        b"sizes_disable" => StatsGroup::SizesDisable,
         b"conns" => StatsGroup::Conns,
-        b"items" => StatsGroup::Internal,
+        b"items" => StatsGroup::Items,
         _ => return invalid(ErrorReply::Error),
     };
     Request::Stats(group)

@@ -9,13 +9,15 @@
 //!   outcome counters, with the unlink of a failed `set`; [`modify`]: delete, touch,
 //!   incr/decr; [`admin`]: flush_all, verbosity, cache_memlimit, stats reset and detail,
 //!   the authentication counters, shutdown.
-//! - [`stats`]: the `stats` reports; [`dump`]: `lru_crawler metadump`.
+//! - [`stats`]: the `stats` reports; [`slabs`]: the per-class ones (`stats items`,
+//!   `slabs`, `sizes`, `cachedump`); [`dump`]: `lru_crawler metadump`.
 
 pub mod admin;
 pub mod dump;
 pub mod get;
 pub mod item;
 pub mod modify;
+pub mod slabs;
 pub mod stats;
 pub mod store;
 

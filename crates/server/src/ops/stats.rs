@@ -34,41 +34,78 @@ impl Out<'_> {
     }
 }
 
-/// The plain `stats` reply.
+/// memcached's `log_*` counters of the watchers' logger.
+#[derive(Default)]
+struct LogCounters {
+    worker_dropped: u64,
+    worker_written: u64,
+    watcher_skipped: u64,
+    watcher_sent: u64,
+    watchers: u64,
+}
+
+fn log_counters(_shared: &Shared) -> LogCounters {
+    LogCounters::default()
+}
+
+/// Descriptors the process holds besides its client connections (listeners, event
+/// queues, files): what memcached's `reserved_fds` keeps aside for them.
+fn reserved_fds(connections: usize) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count().saturating_sub(connections + 1))
+        .unwrap_or(0)
+}
+
+/// The plain `stats` reply, in memcached 1.6.18's order and with its conditions (a
+/// field memcached prints only under a setting is printed under the same one).
+/// docs/operations.md ("Statistics") says what each means here; those of features
+/// ferrocache does not have (slab reassignment, the LRU maintainer's queues, NAPI ids)
+/// show memcached's value when idle.
 pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     let c = shared.stats.snapshot();
     let store = shared.store.stats();
     let clock = &shared.clock;
     let settings = &shared.settings;
+    let tunables = shared.crawler.tunables();
     let (user, system) = crate::sys::rusage_self();
+    let curr = shared.curr_connections.load(Ordering::Relaxed);
     let mut o = Out(buf);
     o.num("pid", std::process::id());
     o.num("uptime", clock.uptime());
     o.num("time", clock.process_started() + i64::from(clock.now()));
     o.str("version", VERSION);
+    // memcached's event library; here the I/O backend in use.
+    o.str("libevent", settings.io_backend.name());
     o.num("pointer_size", usize::BITS);
     o.str("rusage_user", &user);
     o.str("rusage_system", &system);
     o.num("max_connections", settings.max_connections);
-    o.num(
-        "curr_connections",
-        shared.curr_connections.load(Ordering::Relaxed),
-    );
+    o.num("curr_connections", curr);
     o.num("total_connections", c.total_connections);
-    o.num("rejected_connections", c.rejected_connections);
-    o.num(
-        "connection_structures",
-        shared.curr_connections.load(Ordering::Relaxed),
-    );
+    if !settings
+        .extended
+        .iter()
+        .any(|(k, _)| k == "no_maxconns_fast")
+    {
+        o.num("rejected_connections", c.rejected_connections);
+    }
+    o.num("connection_structures", curr);
+    // memcached's response objects hold replies on their way out: here the write
+    // buffers, whose bytes are kept (held or cached) but not their count, and which are
+    // never refused.
+    let conn = shared.conn_memory();
+    o.num("response_obj_oom", 0u32);
+    o.num("response_obj_count", 0u32);
+    o.num("response_obj_bytes", conn.write_bytes);
     // memcached's read-buffer cache, which ferrocache's per-worker buffer pool is:
     // buffers held by connections or cached, their bytes, the cached bytes. No read
     // buffer is ever refused (there is no `read_buf_mem_limit` to refuse by), so
     // `read_buf_oom` stays 0.
-    let conn = shared.conn_memory();
     o.num("read_buf_count", conn.read_buffers);
     o.num("read_buf_bytes", conn.read_bytes);
     o.num("read_buf_bytes_free", conn.read_free_bytes);
     o.num("read_buf_oom", 0u32);
+    o.num("reserved_fds", reserved_fds(curr));
     o.num("cmd_get", c.cmd_get);
     o.num("cmd_set", c.cmd_set);
     o.num("cmd_flush", c.cmd_flush);
@@ -93,6 +130,9 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("store_no_memory", c.store_no_memory);
     o.num("auth_cmds", c.auth_cmds);
     o.num("auth_errors", c.auth_errors);
+    if settings.idle_timeout_secs != 0 {
+        o.num("idle_kicks", c.idle_kicks);
+    }
     o.num("bytes_read", c.bytes_read);
     o.num("bytes_written", c.bytes_written);
     o.num("limit_maxbytes", store.limit_maxbytes);
@@ -100,21 +140,52 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
         "accepting_conns",
         u8::from(!shared.shutting_down.load(Ordering::Relaxed)),
     );
+    // Accepts that failed for want of descriptors; memcached stops listening then, we
+    // retry on the next event, so no time is spent not listening.
+    o.num("listen_disabled_num", c.listen_disabled_num);
+    o.num("time_in_listen_disabled_us", 0u32);
     o.num("threads", settings.threads);
     o.num("conn_yields", c.conn_yields);
+    // The index: its entry slots as a power of two, and its bytes. A shard's table
+    // grows under its own lock, never all at once, so nothing is ever "expanding".
+    o.num(
+        "hash_power_level",
+        usize::BITS - (store.index_bytes / 8).max(1).leading_zeros() - 1,
+    );
+    o.num("hash_bytes", store.index_bytes);
+    o.num("hash_is_expanding", 0u32);
+    if tunables.slab_reassign {
+        for name in [
+            "slab_reassign_rescues",
+            "slab_reassign_chunk_rescues",
+            "slab_reassign_evictions_nomem",
+            "slab_reassign_inline_reclaim",
+            "slab_reassign_busy_items",
+            "slab_reassign_busy_deletes",
+            "slab_reassign_running",
+            "slabs_moved",
+        ] {
+            o.num(name, 0u32);
+        }
+    }
     let (crawler_running, crawler_starts, crawler_reclaimed, crawler_checked) =
         shared.crawler.counters();
-    o.num("lru_crawler_running", u8::from(crawler_running));
-    o.num("lru_crawler_starts", crawler_starts);
-    o.num("bytes", store.bytes);
-    o.num("curr_items", store.curr_items);
-    o.num("total_items", store.total_items);
-    o.num("expired_unfetched", store.expired_unfetched);
-    o.num("evicted_unfetched", store.evicted_unfetched);
-    o.num("evictions", store.evictions);
-    o.num("reclaimed", store.reclaimed);
-    o.num("crawler_reclaimed", crawler_reclaimed);
-    o.num("crawler_items_checked", crawler_checked);
+    if tunables.lru_crawler {
+        o.num("lru_crawler_running", u8::from(crawler_running));
+        o.num("lru_crawler_starts", crawler_starts);
+    }
+    if tunables.lru_maintainer {
+        o.num("lru_maintainer_juggles", 0u32);
+    }
+    // Item memory comes in whole segments taken at start-up or on first use; no
+    // allocation on the request path can fail.
+    o.num("malloc_fails", 0u32);
+    let log = log_counters(shared);
+    o.num("log_worker_dropped", log.worker_dropped);
+    o.num("log_worker_written", log.worker_written);
+    o.num("log_watcher_skipped", log.watcher_skipped);
+    o.num("log_watcher_sent", log.watcher_sent);
+    o.num("log_watchers", log.watchers);
     if let Some(tls) = &shared.tls {
         if tls.options().session_cache {
             o.num("ssl_new_sessions", tls.new_sessions());
@@ -127,6 +198,38 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
             "time_since_server_cert_refresh",
             tls.seconds_since_refresh(shared.clock.now()),
         );
+    }
+    o.num("unexpected_napi_ids", 0u32);
+    o.num("round_robin_fallback", 0u32);
+    o.num("bytes", store.bytes);
+    o.num("curr_items", store.curr_items);
+    o.num("total_items", store.total_items);
+    // Free 1 MiB pages, as memcached's global page pool counts them: the segments the
+    // limit allows that hold nothing yet.
+    o.num(
+        "slab_global_page_pool",
+        store.free_segments * store.segment_size / (1 << 20),
+    );
+    o.num("expired_unfetched", store.expired_unfetched);
+    o.num("evicted_unfetched", store.evicted_unfetched);
+    let classes = shared.store.class_stats();
+    if tunables.lru_maintainer {
+        o.num(
+            "evicted_active",
+            classes.iter().map(|c| c.evicted_active).sum::<u64>(),
+        );
+    }
+    o.num("evictions", store.evictions);
+    o.num("reclaimed", store.reclaimed);
+    o.num("crawler_reclaimed", crawler_reclaimed);
+    o.num("crawler_items_checked", crawler_checked);
+    o.num("lrutail_reflocked", 0u32);
+    if tunables.lru_maintainer {
+        o.num("moves_to_cold", 0u32);
+        o.num("moves_to_warm", 0u32);
+        o.num("moves_within_lru", store.items_retained);
+        o.num("direct_reclaims", store.direct_reclaims);
+        o.num("lru_bumps_dropped", 0u32);
     }
     // ferrocache's own lines, after memcached's: where the memory goes. Items and index
     // share the store's budget (1.05 x -m); connections and the rest of the process
@@ -146,26 +249,6 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
         // TLS errors after a completed handshake (memcached counts none).
         o.num("ssl_proto_errors", tls.proto_errors.load(Ordering::Relaxed));
     }
-    o.end();
-}
-
-/// The `stats slabs` reply. There are no slab classes, so no per-class lines and
-/// `active_slabs 0`; `total_malloced` is the item memory in use (segments holding
-/// items or open for writing), what memcached's figure (memory given to slab pages)
-/// stands for to the tools that read it.
-pub fn slabs(shared: &Shared, buf: &mut Vec<u8>) {
-    let store = shared.store.stats();
-    let mut o = Out(buf);
-    o.num("active_slabs", 0u32);
-    o.num("total_malloced", store.segments_used * store.segment_size);
-    o.end();
-}
-
-/// The `stats sizes` reply: memcached's while its item size histogram is off (`-o
-/// track_sizes` is accepted and changes nothing here).
-pub fn sizes(buf: &mut Vec<u8>) {
-    let mut o = Out(buf);
-    o.str("sizes_status", "disabled");
     o.end();
 }
 
@@ -219,7 +302,7 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     o.str("domain_socket", s.unix_socket.as_deref().unwrap_or("NULL"));
     o.str("umask", &format!("{:o}", s.unix_mask));
     o.yes_no("shutdown_command", s.shutdown_enabled);
-    o.str("growth_factor", &s.growth_factor);
+    o.str("growth_factor", &c_fixed2(s.classes.factor));
     o.num("chunk_size", s.chunk_size);
     o.num("num_threads", s.threads);
     o.num("num_threads_per_udp", s.threads);
@@ -245,15 +328,39 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
         shared.ascii_auth.as_ref().map_or("no", |a| a.path()),
     );
     o.num("item_size_max", s.item_size_max_bytes);
+    let opt = |key: &str| {
+        s.extended
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    let has = |key: &str| opt(key).is_some();
+    // An option's number as given, or memcached's default; `scale` is the unit the
+    // option is given in (memcached multiplies some by 1024 or 1 MiB).
+    let number = |key: &str, default: u64, scale: u64| {
+        opt(key)
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(default, |v| v * scale)
+    };
     let t = shared.crawler.tunables();
+    o.yes_no("maxconns_fast", !has("no_maxconns_fast"));
+    o.num("hashpower_init", number("hashpower", 0, 1));
     o.yes_no("slab_reassign", t.slab_reassign);
     o.num("slab_automove", t.slab_automove);
     o.str("slab_automove_ratio", &c_fixed2(t.slab_automove_ratio));
+    o.num(
+        "slab_automove_window",
+        number("slab_automove_window", 30, 1),
+    );
+    o.num("slab_chunk_max", s.classes.chunk_max);
     o.yes_no("lru_crawler", t.lru_crawler);
     o.num("lru_crawler_sleep", t.crawler_sleep_us);
     o.num("lru_crawler_tocrawl", t.crawler_tocrawl);
+    o.num("tail_repair_time", number("tail_repair_time", 0, 1));
     o.yes_no("flush_enabled", s.flush_enabled);
     o.yes_no("dump_enabled", s.dump_enabled);
+    o.str("hash_algorithm", opt("hash_algorithm").unwrap_or("murmur3"));
     o.yes_no("lru_maintainer_thread", t.lru_maintainer);
     o.yes_no("lru_segmented", t.lru_segmented);
     o.num("hot_lru_pct", t.hot_lru_pct);
@@ -262,9 +369,58 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     o.str("warm_max_factor", &c_fixed2(t.warm_max_factor));
     o.yes_no("temp_lru", t.temp_lru);
     o.num("temporary_ttl", t.temporary_ttl);
-    o.yes_no("watch_enabled", s.watch_enabled);
     o.num("idle_timeout", s.idle_timeout_secs);
+    o.num(
+        "watcher_logbuf_size",
+        number("watcher_logbuf_size", 256 * 1024, 1024),
+    );
+    o.num(
+        "worker_logbuf_size",
+        number("worker_logbuf_size", 64 * 1024, 1024),
+    );
+    o.num(
+        "read_buf_mem_limit",
+        number("read_buf_mem_limit", 0, 1024 * 1024),
+    );
+    o.yes_no("track_sizes", shared.sizes_tracking.load(Ordering::Relaxed));
+    o.str("inline_ascii_response", "no");
+    // The flash tier's settings as memcached's build shows them; with no `ext_path`
+    // (which start-up refuses until the tier exists) they change nothing.
+    o.num("ext_item_size", number("ext_item_size", 512, 1));
+    o.num(
+        "ext_item_age",
+        number("ext_item_age", u64::from(u32::MAX), 1),
+    );
+    o.num("ext_low_ttl", number("ext_low_ttl", 0, 1));
+    o.num("ext_recache_rate", number("ext_recache_rate", 2000, 1));
+    o.num("ext_wbuf_size", number("ext_wbuf_size", 4, 1024 * 1024));
+    o.num("ext_compact_under", number("ext_compact_under", 0, 1));
+    o.num("ext_drop_under", number("ext_drop_under", 0, 1));
+    o.num("ext_max_sleep", number("ext_max_sleep", 1_000_000, 1));
+    o.str(
+        "ext_max_frag",
+        &c_fixed2(
+            opt("ext_max_frag")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.8),
+        ),
+    );
+    o.str(
+        "slab_automove_freeratio",
+        &format!(
+            "{:.3}",
+            opt("slab_automove_freeratio")
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.01)
+        ),
+    );
+    o.yes_no("ext_drop_unread", has("ext_drop_unread"));
     tls_settings(&s.tls, &mut o);
+    o.str("num_napi_ids", opt("napi_ids").unwrap_or("(null)"));
+    // memcached prints its `settings.memory_file` with `%s`: glibc's `(null)` without -e.
+    o.str("memory_file", s.memory_file.as_deref().unwrap_or("(null)"));
+    // ferrocache's own settings, after memcached's.
+    o.yes_no("watch_enabled", s.watch_enabled);
     o.str("io_backend", s.io_backend.name());
     o.yes_no("null_store", s.null_store.is_some());
     o.yes_no("pin", s.pin);
@@ -275,13 +431,5 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
         "zero_copy_min",
         s.zero_copy_min_for(s.io_backend).unwrap_or(0),
     );
-    // memcached prints its `settings.memory_file` with `%s`: glibc's `(null)` without -e.
-    o.str("memory_file", s.memory_file.as_deref().unwrap_or("(null)"));
-    for (key, value) in &s.extended {
-        // The crawler, slab and LRU options are shown above, as they are now.
-        if key != "idle_timeout" && !crate::config::TUNABLE_OPTIONS.contains(&key.as_str()) {
-            o.str(key, if value.is_empty() { "yes" } else { value });
-        }
-    }
     o.end();
 }

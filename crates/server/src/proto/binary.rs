@@ -497,11 +497,13 @@ impl Request<'_, '_, '_, '_> {
                 return self.error(Status::KeyNotFound);
             }
         } else if key == b"slabs" {
-            crate::ops::stats::slabs(shared, &mut text);
+            crate::ops::slabs::slabs(shared, &mut text);
+        } else if key == b"items" {
+            crate::ops::slabs::items(shared, &mut text);
         } else if key == b"sizes" {
-            crate::ops::stats::sizes(&mut text);
-        } else if matches!(key, b"items" | b"sizes_enable" | b"sizes_disable") {
-            // Slab-allocator statistics have no counterpart here: empty.
+            crate::ops::slabs::sizes(shared, &mut text);
+        } else if key == b"sizes_enable" || key == b"sizes_disable" {
+            crate::ops::slabs::set_sizes(shared, key == b"sizes_enable", &mut text);
         } else {
             return self.error(Status::KeyNotFound);
         }

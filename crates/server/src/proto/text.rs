@@ -584,12 +584,15 @@ impl Exec<'_> {
                 out.extend_from_slice(b"OK\r\n");
             }
             StatsGroup::Detail(DetailOp::Dump) => self.dump_detail(out),
-            StatsGroup::Slabs => crate::ops::stats::slabs(self.shared, out),
+            StatsGroup::Slabs => crate::ops::slabs::slabs(self.shared, out),
+            StatsGroup::Items => crate::ops::slabs::items(self.shared, out),
+            StatsGroup::SizesEnable => crate::ops::slabs::set_sizes(self.shared, true, out),
+            StatsGroup::SizesDisable => crate::ops::slabs::set_sizes(self.shared, false, out),
+            StatsGroup::Cachedump(args) => crate::ops::slabs::cachedump(self.shared, args, out),
             // Over UDP (the only way here: `Conn::step` answers it on a connection,
             // which knows its descriptor), no connection is the one asking.
             StatsGroup::Conns => self.shared.conns.report(-1, self.shared.clock.now(), out),
-            StatsGroup::Sizes => crate::ops::stats::sizes(out),
-            StatsGroup::Internal => out.extend_from_slice(b"END\r\n"),
+            StatsGroup::Sizes => crate::ops::slabs::sizes(self.shared, out),
         }
     }
 }

@@ -25,6 +25,10 @@ pub struct Shared {
     /// Open client connections, all workers together.
     pub curr_connections: AtomicUsize,
     pub verbosity: AtomicU32,
+    /// `stats sizes` reports (`-o track_sizes`, `stats sizes_enable`), counting the
+    /// items written with a CAS id from `sizes_from_cas` on.
+    pub sizes_tracking: AtomicBool,
+    pub sizes_from_cas: std::sync::atomic::AtomicU64,
     /// Set once shutdown has begun; workers stop accepting and drain.
     pub shutting_down: AtomicBool,
     /// SASL credentials with `-S` (binary protocol only, as memcached).
@@ -66,6 +70,10 @@ impl Shared {
             .collect();
         Ok(Shared {
             verbosity: AtomicU32::new(settings.verbose),
+            sizes_tracking: AtomicBool::new(
+                settings.extended.iter().any(|(k, _)| k == "track_sizes"),
+            ),
+            sizes_from_cas: std::sync::atomic::AtomicU64::new(0),
             store,
             clock,
             tls,
@@ -126,4 +134,5 @@ pub fn store_builder(settings: &Settings) -> storage::StoreBuilder {
         .memcached_cas(settings.cas_enabled)
         .lock_memory(settings.lock_memory)
         .evictions(settings.evictions)
+        .slab_classes(settings.classes.clone())
 }

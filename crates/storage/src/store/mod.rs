@@ -496,6 +496,12 @@ impl Store {
         sum
     }
 
+    /// The CAS id the next write will take: items written from now on have this or a
+    /// higher one (`stats sizes_enable` counts only those, as memcached does).
+    pub fn next_cas_id(&self) -> u64 {
+        self.peek_next_cas()
+    }
+
     /// The second the oldest item still in the eviction queue was written, at the
     /// latest: when the oldest sealed (or else open) segment was opened, as the time of
     /// the first CAS id it was given. `None` while nothing was ever stored.
