@@ -393,7 +393,7 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     );
     o.num("ext_low_ttl", number("ext_low_ttl", 0, 1));
     o.num("ext_recache_rate", number("ext_recache_rate", 2000, 1));
-    o.num("ext_wbuf_size", number("ext_wbuf_size", 4, 1024 * 1024));
+    o.num("ext_wbuf_size", number("ext_wbuf_size", 4 << 20, 1 << 20));
     o.num("ext_compact_under", number("ext_compact_under", 0, 1));
     o.num("ext_drop_under", number("ext_drop_under", 0, 1));
     o.num("ext_max_sleep", number("ext_max_sleep", 1_000_000, 1));
