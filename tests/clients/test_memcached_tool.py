@@ -71,7 +71,8 @@ def store(port):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
         stream = conn.makefile("rb")
         for key, (flags, ttl, value) in ITEMS.items():
-            conn.sendall(b"set %s %d %d %d\r\n%s\r\n" % (key.encode(), flags, ttl, len(value), value))
+            command = b"set %s %d %d %d\r\n" % (key.encode(), flags, ttl, len(value))
+            conn.sendall(command + value + b"\r\n")
             assert stream.readline() == b"STORED\r\n", key
 
 
@@ -114,7 +115,8 @@ def tool(servers, kind, mode):
 def field_names(output):
     """The names of `memcached-tool stats|settings`: a header, then `name value` lines."""
     lines = output.splitlines()
-    assert lines[0].startswith("#127.0.0.1:") and lines[0].split()[1:] == ["Field", "Value"], lines[0]
+    header = lines[0]
+    assert header.startswith("#127.0.0.1:") and header.split()[1:] == ["Field", "Value"], header
     names = []
     for line in lines[1:]:
         fields = line.split(None, 1)
@@ -128,7 +130,9 @@ def test_display(servers, kind):
     # One row per slab class in use: number, chunk size, age, pages, count, full?,
     # evicted, evict time, OOM.
     header = "  #  Item_Size  Max_age   Pages   Count   Full?  Evicted Evict_Time OOM"
-    row = re.compile(r"^ *(\d+) +(\d+B|\d+\.\dK) +(\d+)s +(\d+) +(\d+) +(yes| no) +(\d+) +(\d+) +(\d+)$")
+    row = re.compile(
+        r"^ *(\d+) +(\d+B|\d+\.\dK) +(\d+)s +(\d+) +(\d+) +(yes| no) +(\d+) +(\d+) +(\d+)$"
+    )
     lines = tool(servers, kind, "display").splitlines()
     assert lines[0] == header, (kind, lines[0])
     rows = [row.match(line) for line in lines[1:]]
@@ -172,7 +176,8 @@ def parse_dump(output):
         length = int(m.group(4))
         start = m.end()
         assert data[start + length : start + length + 2] == b"\r\n"
-        items[m.group(1).decode()] = (int(m.group(2)), int(m.group(3)), data[start : start + length])
+        value = data[start : start + length]
+        items[m.group(1).decode()] = (int(m.group(2)), int(m.group(3)), value)
         pos = start + length + 2
     return items
 
