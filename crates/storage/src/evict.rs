@@ -580,8 +580,14 @@ impl Store {
             for i in start..end {
                 if let Some(e) = table.get(i) {
                     swept.checked += 1;
+                    let p = self.stored_prefix(held, e);
+                    let class =
+                        self.classes
+                            .class_of(self.memcached_total(p.klen, p.vlen, p.has_flags));
+                    stats.class_mut(class).crawler_checked += 1;
                     if self.unlink_if_dead(held, table, stats, i, e, now) {
                         swept.unlinked += 1;
+                        stats.class_mut(class).crawler_reclaimed += 1;
                     }
                 }
             }

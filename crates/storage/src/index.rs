@@ -121,6 +121,9 @@ pub struct ClassStats {
     pub evicted_active: u64,
     /// Items the second chance kept when their segment was evicted.
     pub retained: u64,
+    /// Items `lru_crawler crawl` looked at, and reclaimed (also in `reclaimed`).
+    pub crawler_checked: u64,
+    pub crawler_reclaimed: u64,
 }
 
 impl ClassStats {
@@ -136,6 +139,8 @@ impl ClassStats {
         self.expired_unfetched += o.expired_unfetched;
         self.evicted_active += o.evicted_active;
         self.retained += o.retained;
+        self.crawler_checked += o.crawler_checked;
+        self.crawler_reclaimed += o.crawler_reclaimed;
     }
 
     /// The levels alone, as `stats reset` leaves them.

@@ -99,9 +99,8 @@ pub fn items(shared: &Shared, buf: &mut Vec<u8>) {
         if lru_maintainer {
             o.num(id, "evicted_active", c.evicted_active);
         }
-        // The crawler's reclaims are in `reclaimed`; its totals are in `stats`.
-        o.num(id, "crawler_reclaimed", 0u32);
-        o.num(id, "crawler_items_checked", 0u32);
+        o.num(id, "crawler_reclaimed", c.crawler_reclaimed);
+        o.num(id, "crawler_items_checked", c.crawler_checked);
         o.num(id, "lrutail_reflocked", 0u32);
         if lru_maintainer {
             o.num(id, "moves_to_cold", 0u32);

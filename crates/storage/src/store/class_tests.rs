@@ -104,3 +104,31 @@ fn other_class_configurations_count_by_their_own_sizes() {
     );
     assert_eq!(s.class_stats()[1].items, 1);
 }
+
+#[test]
+fn a_crawl_counts_what_it_looks_at_and_reclaims_per_class() {
+    let s = Store::builder().memory_limit(4 << 20).build().unwrap();
+    assert_eq!(
+        s.store(StoreMode::Set, b"short", 0, NOW + 1, b"x", NOW),
+        StoreOutcome::Stored
+    );
+    assert_eq!(
+        s.store(StoreMode::Set, b"kept", 0, 0, &[b'y'; 500], NOW),
+        StoreOutcome::Stored
+    );
+    let mut cursor = crate::DumpCursor::default();
+    while s.crawl(&mut cursor, NOW + 5, 1 << 20).more {}
+    let c = s.class_stats();
+    let short = class_of(&s, 5, 1, false);
+    let kept = class_of(&s, 4, 500, false);
+    assert_ne!(short, kept);
+    assert_eq!(
+        (c[short - 1].crawler_checked, c[short - 1].crawler_reclaimed),
+        (1, 1)
+    );
+    assert_eq!(
+        (c[kept - 1].crawler_checked, c[kept - 1].crawler_reclaimed),
+        (1, 0)
+    );
+    assert_eq!(c[short - 1].reclaimed, 1);
+}
