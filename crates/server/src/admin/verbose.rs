@@ -124,8 +124,14 @@ pub fn binary_responses(log: &mut Vec<u8>, fd: i32, reply: &[u8], splice_min: us
             log.extend_from_slice(text);
             log.push(b'\n');
         }
+        let mut dumped: [u8; HEADER_LEN] = reply[at..at + HEADER_LEN].try_into().expect("24");
+        if h.status == 0 && matches!(h.opcode, 0x00 | 0x09 | 0x0c | 0x0d | 0x1c..=0x1e | 0x23 | 0x24)
+        {
+            // memcached dumps a hit's header before it writes the item's CAS into it.
+            dumped[16..].fill(0);
+        }
         let _ = write!(log, ">{fd} Writing bin response:");
-        hex_lines(log, &format!(">{fd}  "), &reply[at..at + HEADER_LEN]);
+        hex_lines(log, &format!(">{fd}  "), &dumped);
         let value_len = end.saturating_sub(body);
         let copied = end == reply.len() || reply.get(end) == Some(&RESPONSE_MAGIC);
         at = if h.status == 0 && value_len >= splice_min && !copied {
