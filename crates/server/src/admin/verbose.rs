@@ -125,7 +125,11 @@ pub fn binary_responses(log: &mut Vec<u8>, fd: i32, reply: &[u8], splice_min: us
             log.push(b'\n');
         }
         let mut dumped: [u8; HEADER_LEN] = reply[at..at + HEADER_LEN].try_into().expect("24");
-        if h.status == 0 && matches!(h.opcode, 0x00 | 0x09 | 0x0c | 0x0d | 0x1c..=0x1e | 0x23 | 0x24)
+        if h.status == 0
+            && matches!(
+                h.opcode,
+                0x00 | 0x09 | 0x0c | 0x0d | 0x1c..=0x1e | 0x23 | 0x24
+            )
         {
             // memcached dumps a hit's header before it writes the item's CAS into it.
             dumped[16..].fill(0);
@@ -157,8 +161,7 @@ pub fn binary_command(log: &mut Vec<u8>, fd: i32, packet: &[u8]) {
     let Some(extras) = packet.get(HEADER_LEN..HEADER_LEN + extras_len) else {
         return;
     };
-    let Some(key) = packet.get(HEADER_LEN + extras_len..HEADER_LEN + extras_len + key_len)
-    else {
+    let Some(key) = packet.get(HEADER_LEN + extras_len..HEADER_LEN + extras_len + key_len) else {
         return;
     };
     let value_len = i64::from(h.body_len) - key_len as i64 - extras_len as i64;
@@ -228,10 +231,7 @@ mod tests {
             b"VALUE a 0 1\r\nx\r\nVALUE b 5 2 9\r\nhi\r\nEND\r\n",
             usize::MAX,
         );
-        assert_eq!(
-            text(&log),
-            ">7 sending key a\n>7 sending key b\n>7 END\n"
-        );
+        assert_eq!(text(&log), ">7 sending key a\n>7 sending key b\n>7 END\n");
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub(super) struct Mark {
     resumed: bool,
     /// A `lru_crawler metadump` was running (its items are not logged).
     dumping: bool,
+    /// The level was still 2 (a `verbosity` command may lower it within the batch).
+    on: bool,
 }
 
 /// A text request run with its reply wanted: `noreply` cleared where the logger
@@ -160,7 +162,25 @@ impl Conn {
         status
     }
 
-    pub(super) fn mark(&self) -> Mark {
+    /// After a `verbosity` command run in a batch without logging (`at`: where its
+    /// reply starts): if it raised the level to 2, its reply is the first line logged.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn log_raised(&self, exec: &Exec<'_>, at: usize, noreply: bool) {
+        if self.fd < 0 || !enabled(exec) {
+            return;
+        }
+        let reply = if noreply {
+            b"OK\r\n".as_slice()
+        } else {
+            &self.wbuf[at..]
+        };
+        let mut log = Vec::new();
+        verbose::reply_lines(&mut log, self.fd, reply, noreply);
+        let _ = std::io::stderr().lock().write_all(&log);
+    }
+
+    pub(super) fn mark(&self, exec: &Exec<'_>) -> Mark {
         Mark {
             rpos: self.rpos,
             wlen: self.wbuf.len(),
@@ -170,6 +190,7 @@ impl Conn {
             dumping: self
                 .paused_get
                 .is_some_and(|p| p.end == PausedGet::DUMP.end),
+            on: self.fd >= 0 && enabled(exec),
         }
     }
 
@@ -177,10 +198,29 @@ impl Conn {
     #[cold]
     #[inline(never)]
     pub(super) fn log_step(&mut self, exec: &Exec<'_>, mark: Mark, log: &mut Vec<u8>) {
-        let fd = self.fd;
-        if fd < 0 {
+        if self.fd < 0 {
             return;
         }
+        let kept = log.len();
+        self.log_lines(exec, mark, log);
+        if !enabled(exec) {
+            // `verbosity` lowered the level: memcached printed what came before the
+            // change (the request), not the reply; nothing at all once it is low.
+            let mut lines = Vec::new();
+            if mark.on {
+                for line in log[kept..].split_inclusive(|&b| b == b'\n') {
+                    if !line.starts_with(b">") {
+                        lines.extend_from_slice(line);
+                    }
+                }
+            }
+            log.truncate(kept);
+            log.extend_from_slice(&lines);
+        }
+    }
+
+    fn log_lines(&mut self, exec: &Exec<'_>, mark: Mark, log: &mut Vec<u8>) {
+        let fd = self.fd;
         if mark.mode == Mode::Undecided
             && self.mode != Mode::Undecided
             && exec.shared.settings.binding == Binding::Auto
@@ -222,7 +262,9 @@ impl Conn {
         let reply = &self.wbuf[from..];
         let request = parse_request(line);
         match &request {
-            Request::Get { .. } if self.paused_get.is_none() && !self.wbuf.ends_with(b"END\r\n") => {
+            Request::Get { .. }
+                if self.paused_get.is_none() && !self.wbuf.ends_with(b"END\r\n") =>
+            {
                 // A key over 250 bytes: the replies not yet flushed are dropped (perhaps
                 // from before this request) and the error follows. memcached prints the
                 // hits before that key too; they are gone from the output here.
@@ -239,7 +281,9 @@ impl Conn {
                     verbose::reply_lines(log, fd, reply, false);
                 }
             }
-            Request::Stats(StatsGroup::Reset | StatsGroup::Detail(DetailOp::On | DetailOp::Off))
+            Request::Stats(
+                StatsGroup::Reset | StatsGroup::Detail(DetailOp::On | DetailOp::Off),
+            )
             | Request::MetaNoop => verbose::reply_lines(log, fd, reply, false),
             Request::Stats(_) => {}
             request if quiet(request) => {

@@ -437,7 +437,7 @@ impl Conn {
                         self.stalled = true;
                         return Status::Open;
                     }
-                    let mark = LOG.then(|| self.mark());
+                    let mark = LOG.then(|| self.mark(exec));
                     let ran = self.step::<LOG>(exec, ahead);
                     if let (Some(mark), Some(log)) = (mark, log.as_deref_mut()) {
                         self.log_step(exec, mark, log);
@@ -680,6 +680,13 @@ impl Conn {
                 let now = exec.shared.clock.now();
                 exec.shared.conns.report(self.fd, now, &mut self.wbuf);
                 (Flow::Continue, next)
+            }
+            // Raised to 2 in a batch run without logging: memcached prints the reply.
+            request @ Request::Verbosity { noreply, .. } if !LOG => {
+                let at = self.wbuf.len();
+                let flow = exec.execute(request, &mut self.wbuf, &mut self.flush_mark);
+                self.log_raised(exec, at, noreply);
+                (flow, next)
             }
             request => (
                 exec.execute(request, &mut self.wbuf, &mut self.flush_mark),
