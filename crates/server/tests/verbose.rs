@@ -124,6 +124,10 @@ fn text_stream() -> Vec<Vec<u8>> {
     let mut too_large = b"set huge 0 0 2000000\r\n".to_vec();
     too_large.extend(std::iter::repeat_n(b'h', 2_000_000));
     too_large.extend_from_slice(b"\r\nget huge\r\n");
+    // Read in several turns: the request waits for its data (`wait_for` moves it).
+    let mut pieces = b"get b\r\nset split 0 0 300000 noreply\r\n".to_vec();
+    pieces.extend(std::iter::repeat_n(b's', 300_000));
+    pieces.extend_from_slice(b"\r\nget nope\r\n");
     let long_key = format!("get {}\r\n", "k".repeat(251)).into_bytes();
     vec![
         b"set a 0 0 1\r\nx\r\nget a\r\nget a b\r\ngets a\r\n".to_vec(),
@@ -137,6 +141,7 @@ fn text_stream() -> Vec<Vec<u8>> {
             .to_vec(),
         b"gat 0 b\r\ngat 0 zz b\r\n".to_vec(),
         large,
+        pieces,
         long_key,
         b"add b 0 0 1\r\nb\r\nreplace q 0 0 1\r\nb\r\nadd c 0 0 1 noreply\r\nc\r\nget c\r\n"
             .to_vec(),

@@ -197,12 +197,15 @@ impl Conn {
     /// Log what the step since `mark` did, if anything.
     #[cold]
     #[inline(never)]
-    pub(super) fn log_step(&mut self, exec: &Exec<'_>, mark: Mark, log: &mut Vec<u8>) {
+    ///
+    /// `ran`: what the step returned. A step that returned false ran a request only if
+    /// it closes the connection; otherwise the input may have moved (`wait_for`).
+    pub(super) fn log_step(&mut self, exec: &Exec<'_>, mark: Mark, ran: bool, log: &mut Vec<u8>) {
         if self.fd < 0 {
             return;
         }
         let kept = log.len();
-        self.log_lines(exec, mark, log);
+        self.log_lines(exec, mark, ran || self.state != mark.state, log);
         if !enabled(exec) {
             // `verbosity` lowered the level: memcached printed what came before the
             // change (the request), not the reply; nothing at all once it is low.
@@ -219,7 +222,7 @@ impl Conn {
         }
     }
 
-    fn log_lines(&mut self, exec: &Exec<'_>, mark: Mark, log: &mut Vec<u8>) {
+    fn log_lines(&mut self, exec: &Exec<'_>, mark: Mark, ran: bool, log: &mut Vec<u8>) {
         let fd = self.fd;
         if mark.mode == Mode::Undecided
             && self.mode != Mode::Undecided
@@ -232,14 +235,16 @@ impl Conn {
             };
             verbose::protocol(log, fd, name);
         }
-        let ran = self.rpos != mark.rpos
-            || self.wbuf.len() != mark.wlen
-            || self.state != mark.state
-            || self.paused_get.is_some() != mark.resumed;
-        if !ran || mark.dumping || mark.state != State::ReadLine {
+        if !ran || mark.dumping || mark.rpos > self.rlen {
             return;
         }
-        match self.mode {
+        // The protocol the request was read in (a `-Y` login turns a connection to text).
+        let mode = if mark.mode == Mode::Undecided {
+            self.mode
+        } else {
+            mark.mode
+        };
+        match mode {
             Mode::Text => self.log_text(exec, mark, log),
             Mode::Binary => self.log_binary(exec, mark, log),
             Mode::Undecided | Mode::Auth => {}

@@ -440,7 +440,7 @@ impl Conn {
                     let mark = LOG.then(|| self.mark(exec));
                     let ran = self.step::<LOG>(exec, ahead);
                     if let (Some(mark), Some(log)) = (mark, log.as_deref_mut()) {
-                        self.log_step(exec, mark, log);
+                        self.log_step(exec, mark, ran, log);
                     }
                     if !ran {
                         // Out of complete requests: memcached flushes here.
