@@ -8,3 +8,4 @@ pub mod crawler;
 pub mod prefix;
 pub mod sasl;
 pub mod tls;
+pub mod verbose;

@@ -14,6 +14,7 @@
 //! ```
 
 pub mod buffers;
+mod log;
 mod memory;
 mod modes;
 
@@ -362,12 +363,15 @@ impl Conn {
     /// keeps one for all its connections rather than each connection its own 656
     /// bytes, two thirds of an idle connection's memory when it had one.
     pub fn process(&mut self, exec: &Exec<'_>, ahead: &mut Ahead) -> Status {
+        if log::enabled(exec) && self.fd >= 0 {
+            return self.process_logged(exec, ahead);
+        }
         if !exec.sink.is_datagram() {
             if let Some(status) = self.process_single_get(exec) {
                 return status;
             }
         }
-        self.process_batch(exec, ahead)
+        self.process_batch::<false>(exec, ahead, None)
     }
 
     /// [`Conn::process`] of a lone one-key get: runs it and returns `Status::Open`, or
@@ -399,9 +403,15 @@ impl Conn {
         Some(Status::Open)
     }
 
-    /// [`Conn::process`]'s request loop: every complete request in the input.
+    /// [`Conn::process`]'s request loop: every complete request in the input. With
+    /// `LOG` each request's lines go to `log` as well (`log.rs`).
     #[inline(never)]
-    fn process_batch(&mut self, exec: &Exec<'_>, ahead: &mut Ahead) -> Status {
+    fn process_batch<const LOG: bool>(
+        &mut self,
+        exec: &Exec<'_>,
+        ahead: &mut Ahead,
+        mut log: Option<&mut Vec<u8>>,
+    ) -> Status {
         self.reqs_this_event = 0;
         self.stalled = false;
         ahead.clear();
@@ -427,7 +437,12 @@ impl Conn {
                         self.stalled = true;
                         return Status::Open;
                     }
-                    if !self.step(exec, ahead) {
+                    let mark = LOG.then(|| self.mark(exec));
+                    let ran = self.step::<LOG>(exec, ahead);
+                    if let (Some(mark), Some(log)) = (mark, log.as_deref_mut()) {
+                        self.log_step(exec, mark, ran, log);
+                    }
+                    if !ran {
                         // Out of complete requests: memcached flushes here.
                         self.flush_mark = self.wbuf.len();
                         return match self.state {
@@ -463,7 +478,7 @@ impl Conn {
     // Inlined into the request loop, its only caller, as LLVM chose to before it grew:
     // a call would spill the loop's state on every request.
     #[inline(always)]
-    fn step(&mut self, exec: &Exec<'_>, ahead: &mut Ahead) -> bool {
+    fn step<const LOG: bool>(&mut self, exec: &Exec<'_>, ahead: &mut Ahead) -> bool {
         if let Some(p) = self.paused_get.take() {
             if p.end == PausedGet::DUMP.end {
                 self.continue_dump(exec);
@@ -564,6 +579,8 @@ impl Conn {
             },
         };
         self.need = 0;
+        // Logged, a `noreply` request composes its reply for the log (`log.rs`).
+        let request = if LOG { log::loud(request) } else { request };
         // (The request itself is not handed to `ahead`: a reference to it kept its
         // fields out of registers, at a 136-byte copy per request.)
         if let Request::Get {
@@ -663,6 +680,13 @@ impl Conn {
                 let now = exec.shared.clock.now();
                 exec.shared.conns.report(self.fd, now, &mut self.wbuf);
                 (Flow::Continue, next)
+            }
+            // Raised to 2 in a batch run without logging: memcached prints the reply.
+            request @ Request::Verbosity { noreply, .. } if !LOG => {
+                let at = self.wbuf.len();
+                let flow = exec.execute(request, &mut self.wbuf, &mut self.flush_mark);
+                self.log_raised(exec, at, noreply);
+                (flow, next)
             }
             request => (
                 exec.execute(request, &mut self.wbuf, &mut self.flush_mark),
