@@ -24,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use socket2::{Protocol, Type};
 
 use crate::config::IoBackend;
-use crate::config::ListenSpec;
+use crate::config::{ListenSpec, Refusal, EX_OSERR};
 use crate::io::epoll::Worker;
 use crate::io::net::{bind_tcp, bind_unix, Listener};
 use crate::io::udp::{bind_udp, UdpEndpoint};
@@ -39,9 +39,20 @@ fn listen_addrs(shared: &Shared, port: u16) -> Result<Vec<(SocketAddr, bool)>> {
     for entry in &shared.settings.listen {
         let spec = ListenSpec::parse(entry, tls)?;
         let port = spec.port.unwrap_or(port);
-        let found = (spec.host.as_str(), port)
-            .to_socket_addrs()
-            .with_context(|| format!("failed to resolve listen address {}", spec.host))?;
+        // A name that does not resolve: memcached's two lines, and its EX_OSERR.
+        let found = (spec.host.as_str(), port).to_socket_addrs().map_err(|e| {
+            let why = e.to_string();
+            let why = why
+                .strip_prefix("failed to lookup address information: ")
+                .unwrap_or(&why);
+            Refusal::new(
+                EX_OSERR,
+                format!(
+                    "getaddrinfo(): {why}\nfailed to listen on one of interface(s) {}",
+                    shared.settings.listen.join(",")
+                ),
+            )
+        })?;
         addrs.extend(found.map(|a| (a, tls && !spec.notls)));
     }
     if addrs.is_empty() {
@@ -253,11 +264,13 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
     };
     // SIGUSR1 (or `shutdown graceful`) is memcached's graceful stop, which it announces
     // whatever the verbosity; with -e it saves the cache once everything has stopped.
+    // SIGINT and SIGTERM stop it as memcached 1.6.18 stops: "Exiting normally" under -v,
+    // and exit status 0.
     let graceful = sig == libc::SIGUSR1;
     if graceful {
         eprintln!("Gracefully stopping");
     } else if shared.settings.verbose > 0 {
-        eprintln!("ferrocache: signal {sig} received, shutting down");
+        eprintln!("Exiting normally");
     }
     shared.shutting_down.store(true, Ordering::SeqCst);
     for w in &wakers {
