@@ -113,7 +113,10 @@ impl SlabClasses {
     #[must_use]
     pub fn class_of(&self, ntotal: usize) -> usize {
         let n = u32::try_from(ntotal).unwrap_or(u32::MAX);
-        self.sizes.partition_point(|&s| s < n).min(self.sizes.len() - 1) + 1
+        self.sizes
+            .partition_point(|&s| s < n)
+            .min(self.sizes.len() - 1)
+            + 1
     }
 }
 
@@ -154,7 +157,9 @@ mod tests {
             ..ClassConfig::default()
         });
         assert_eq!(
-            (0..c.len()).map(|i| c.chunk_size(i + 1)).collect::<Vec<_>>(),
+            (0..c.len())
+                .map(|i| c.chunk_size(i + 1))
+                .collect::<Vec<_>>(),
             vec![104, 200, 304, 524_288]
         );
         // memcached's t/stats.t setting: `-I 1024 -o slab_chunk_max=1024`.
