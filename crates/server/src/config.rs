@@ -16,9 +16,9 @@
 mod extended;
 mod getopt;
 pub mod refusal;
-pub mod tls;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 
 use anyhow::Result;
 
@@ -399,7 +399,9 @@ impl Settings {
         let mut busy_poll_us = 0;
         let mut io_backend = match std::env::var("FERROCACHE_IO_BACKEND") {
             Ok(v) => IoBackend::from_name(&v).ok_or_else(|| {
-                Refusal::usage(format!("FERROCACHE_IO_BACKEND={v}: expected auto, uring or epoll"))
+                Refusal::usage(format!(
+                    "FERROCACHE_IO_BACKEND={v}: expected auto, uring or epoll"
+                ))
             })?,
             Err(_) => IoBackend::Auto,
         };
@@ -409,9 +411,8 @@ impl Settings {
 
         let fail = |m: String| Err(Refusal::failure(m));
         for found in Getopt::new(prog, OPTIONS, args) {
-            let (index, value) = found.map_err(|m| {
-                Refusal::failure(format!("{m}\nIllegal argument \"?\""))
-            })?;
+            let (index, value) =
+                found.map_err(|m| Refusal::failure(format!("{m}\nIllegal argument \"?\"")))?;
             let v = value.unwrap_or_default();
             let spec = OPTIONS[index];
             // ferrocache's own options, by name.
@@ -440,7 +441,11 @@ impl Settings {
                         udp_gso = match v.as_str() {
                             "on" => true,
                             "off" => false,
-                            _ => return Err(Refusal::usage(format!("--udp-gso {v}: expected on or off"))),
+                            _ => {
+                                return Err(Refusal::usage(format!(
+                                    "--udp-gso {v}: expected on or off"
+                                )))
+                            }
                         };
                     }
                     "null-store" => null_store = true,
@@ -597,7 +602,9 @@ impl Settings {
         }
         // memcached divides by it; a zero or negative one crashes it.
         if chunk_max <= 0 {
-            return usage(format!("slab_chunk_max (bytes: {chunk_max}) must be positive"));
+            return usage(format!(
+                "slab_chunk_max (bytes: {chunk_max}) must be positive"
+            ));
         }
         if item_size_max % chunk_max != 0 {
             return usage(format!(
@@ -610,7 +617,9 @@ impl Settings {
             ));
         }
         let sizes = match &ext.slab_sizes {
-            Some(list) => Some(parse_slab_sizes(list, chunk_size, chunk_max as u32).map_err(Refusal::usage)?),
+            Some(list) => {
+                Some(parse_slab_sizes(list, chunk_size, chunk_max as u32).map_err(Refusal::usage)?)
+            }
             None => None,
         };
         if ext.hot_lru_pct + ext.warm_lru_pct > 80 {
@@ -623,10 +632,14 @@ impl Settings {
             if !protocol_specified {
                 binding = Binding::Binary;
             } else if binding != Binding::Binary {
-                return usage("ERROR: You cannot allow the ASCII protocol while using SASL.".into());
+                return usage(
+                    "ERROR: You cannot allow the ASCII protocol while using SASL.".into(),
+                );
             }
             if udp_port != 0 {
-                return usage("ERROR: Cannot enable UDP while using binary SASL authentication.".into());
+                return usage(
+                    "ERROR: Cannot enable UDP while using binary SASL authentication.".into(),
+                );
             }
             Some(std::env::var("MEMCACHED_SASL_PWDB").map_err(|_| {
                 Refusal::new(
@@ -653,14 +666,19 @@ impl Settings {
             return usage(format!("ERROR: Invalid port number {port}."));
         }
         if port < -1 {
-            return Err(Refusal::new(EX_OSERR, format!("failed to listen on TCP port {port}")));
+            return Err(Refusal::new(
+                EX_OSERR,
+                format!("failed to listen on TCP port {port}"),
+            ));
         }
         if tls.enabled && port == 0 {
             return usage("ERROR: You cannot enable SSL without a TCP port.".into());
         }
         // memcached checks this after dropping privileges; same words and status.
         if auth_file.is_some() && udp_port != 0 {
-            return usage("Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into());
+            return usage(
+                "Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into(),
+            );
         }
         let listen: Vec<String> = inter
             .as_deref()
@@ -837,4 +855,3 @@ pub const TUNABLE_OPTIONS: &[&str] = &[
     "warm_max_factor",
     "temporary_ttl",
 ];
-

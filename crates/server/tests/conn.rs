@@ -266,7 +266,11 @@ VALUE k2 0 2\r\nzz\r\nEND\r\n";
 
 #[test]
 fn mixed_stream_whole() {
-    let (out, status) = run_cut(&["-I", "1k", "-o", "slab_chunk_max=1024"], &mixed_input(), &[]);
+    let (out, status) = run_cut(
+        &["-I", "1k", "-o", "slab_chunk_max=1024"],
+        &mixed_input(),
+        &[],
+    );
     assert_eq!(status, Status::Open);
     assert_bytes(&out, MIXED_REPLY);
 }

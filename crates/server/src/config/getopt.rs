@@ -93,9 +93,7 @@ impl<'a> Getopt<'a> {
                     .collect();
                 match found[..] {
                     [i] => i,
-                    [] => {
-                        return Err(format!("{}: unrecognized option '--{body}'", self.prog))
-                    }
+                    [] => return Err(format!("{}: unrecognized option '--{body}'", self.prog)),
                     _ => {
                         let names: Vec<String> = found
                             .iter()
@@ -181,8 +179,14 @@ mod tests {
     #[test]
     fn glibc_forms() {
         let v = |i: usize, s: &str| Ok((i, Some(s.to_string())));
-        assert_eq!(run(&["-p1", "-p", "2", "--port=3", "--port", "4"]), vec![v(0, "1"), v(0, "2"), v(0, "3"), v(0, "4")]);
-        assert_eq!(run(&["-vv", "x", "--verb", "--", "-p"]), vec![Ok((1, None)), Ok((1, None)), Ok((1, None))]);
+        assert_eq!(
+            run(&["-p1", "-p", "2", "--port=3", "--port", "4"]),
+            vec![v(0, "1"), v(0, "2"), v(0, "3"), v(0, "4")]
+        );
+        assert_eq!(
+            run(&["-vv", "x", "--verb", "--", "-p"]),
+            vec![Ok((1, None)), Ok((1, None)), Ok((1, None))]
+        );
         assert_eq!(run(&["--pi"]), vec![Ok((2, None))]);
     }
 
@@ -191,9 +195,18 @@ mod tests {
         let e = |s: &str| vec![Err::<(usize, Option<String>), String>(s.to_string())];
         assert_eq!(run(&["-q"]), e("prog: invalid option -- 'q'"));
         assert_eq!(run(&["-p"]), e("prog: option requires an argument -- 'p'"));
-        assert_eq!(run(&["--bogus=1"]), e("prog: unrecognized option '--bogus=1'"));
-        assert_eq!(run(&["--port"]), e("prog: option '--port' requires an argument"));
-        assert_eq!(run(&["--pin=1"]), e("prog: option '--pin' doesn't allow an argument"));
+        assert_eq!(
+            run(&["--bogus=1"]),
+            e("prog: unrecognized option '--bogus=1'")
+        );
+        assert_eq!(
+            run(&["--port"]),
+            e("prog: option '--port' requires an argument")
+        );
+        assert_eq!(
+            run(&["--pin=1"]),
+            e("prog: option '--pin' doesn't allow an argument")
+        );
         assert_eq!(
             run(&["--p"]),
             e("prog: option '--p' is ambiguous; possibilities: '--port' '--pin'")

@@ -38,8 +38,25 @@ fn defaults_match_memcached() {
 #[test]
 fn parses_memcached_command_lines() {
     let s = parse(&[
-        "-p", "1234", "-m", "1024", "-c", "4096", "-t", "1", "-U", "0", "-vv", "-I", "2m", "-M",
-        "-A", "-o", "idle_timeout=30,hashpower=20", "-l", "127.0.0.1,::1",
+        "-p",
+        "1234",
+        "-m",
+        "1024",
+        "-c",
+        "4096",
+        "-t",
+        "1",
+        "-U",
+        "0",
+        "-vv",
+        "-I",
+        "2m",
+        "-M",
+        "-A",
+        "-o",
+        "idle_timeout=30,hashpower=20",
+        "-l",
+        "127.0.0.1,::1",
     ])
     .unwrap();
     assert_eq!(s.port, 1234);
@@ -51,12 +68,27 @@ fn parses_memcached_command_lines() {
     assert_eq!(s.listen.len(), 2);
     assert_eq!(s.extended.len(), 2);
     // atoi: a suffix on -m is ignored, as memcached ignores it.
-    assert_eq!(parse(&["-m", "128m"]).unwrap().memory_limit_bytes, 128 << 20);
+    assert_eq!(
+        parse(&["-m", "128m"]).unwrap().memory_limit_bytes,
+        128 << 20
+    );
 }
 
 #[test]
 fn repeated_options_as_memcached_takes_them() {
-    let s = parse(&["-m", "64", "-t", "2", "-m", "3072", "-l", "127.0.0.1", "-l", "::1"]).unwrap();
+    let s = parse(&[
+        "-m",
+        "64",
+        "-t",
+        "2",
+        "-m",
+        "3072",
+        "-l",
+        "127.0.0.1",
+        "-l",
+        "::1",
+    ])
+    .unwrap();
     assert_eq!(s.memory_limit_bytes, 3072 << 20);
     assert_eq!(s.threads, 2);
     assert_eq!(s.listen, vec!["127.0.0.1".to_string(), "::1".to_string()]);
@@ -72,47 +104,94 @@ fn repeated_options_as_memcached_takes_them() {
 fn getopt_errors_in_memcached_words() {
     assert_eq!(
         refused(&["-q"]),
-        (1, "ferrocache: invalid option -- 'q'\nIllegal argument \"?\"".into())
+        (
+            1,
+            "ferrocache: invalid option -- 'q'\nIllegal argument \"?\"".into()
+        )
     );
     assert_eq!(
         refused(&["--no-such-flag"]),
-        (1, "ferrocache: unrecognized option '--no-such-flag'\nIllegal argument \"?\"".into())
+        (
+            1,
+            "ferrocache: unrecognized option '--no-such-flag'\nIllegal argument \"?\"".into()
+        )
     );
-    assert_eq!(refused(&["-p"]).1.lines().next(), Some("ferrocache: option requires an argument -- 'p'"));
+    assert_eq!(
+        refused(&["-p"]).1.lines().next(),
+        Some("ferrocache: option requires an argument -- 'p'")
+    );
 }
 
 #[test]
 fn loop_checks_return_1() {
-    assert_eq!(refused(&["-c", "0"]), (1, "Maximum connections must be greater than 0".into()));
-    assert_eq!(refused(&["-t", "0"]), (1, "Number of threads must be greater than 0".into()));
+    assert_eq!(
+        refused(&["-c", "0"]),
+        (1, "Maximum connections must be greater than 0".into())
+    );
+    assert_eq!(
+        refused(&["-t", "0"]),
+        (1, "Number of threads must be greater than 0".into())
+    );
     assert_eq!(refused(&["-R", "0"]).0, 1);
-    assert_eq!(refused(&["-f", "1"]), (1, "Factor must be greater than 1".into()));
-    assert_eq!(refused(&["-n", "0"]), (1, "Chunk size must be greater than 0".into()));
+    assert_eq!(
+        refused(&["-f", "1"]),
+        (1, "Factor must be greater than 1".into())
+    );
+    assert_eq!(
+        refused(&["-n", "0"]),
+        (1, "Chunk size must be greater than 0".into())
+    );
     assert_eq!(refused(&["-N", "0"]).0, 1);
     assert_eq!(refused(&["-D", ""]), (1, "No delimiter specified".into()));
-    assert_eq!(refused(&["-o", "no_such_option"]), (1, "Illegal suboption \"no_such_option\"".into()));
-    assert_eq!(refused(&["-o", "hashpower=11"]), (1, "Initial hashtable multiplier of 11 is too low".into()));
-    assert!(refused(&["-o", "hashpower=33"]).1.starts_with("Initial hashtable multiplier of 33 is too high\n"));
+    assert_eq!(
+        refused(&["-o", "no_such_option"]),
+        (1, "Illegal suboption \"no_such_option\"".into())
+    );
+    assert_eq!(
+        refused(&["-o", "hashpower=11"]),
+        (1, "Initial hashtable multiplier of 11 is too low".into())
+    );
+    assert!(refused(&["-o", "hashpower=33"])
+        .1
+        .starts_with("Initial hashtable multiplier of 33 is too high\n"));
     assert_eq!(
         refused(&["-o", "hash_algorithm=bogus"]),
-        (1, "Unknown hash_algorithm option (jenkins, murmur3, xxh3)".into())
+        (
+            1,
+            "Unknown hash_algorithm option (jenkins, murmur3, xxh3)".into()
+        )
     );
-    assert_eq!(refused(&["-o", "ext_page_size=x"]), (1, "could not parse argument to ext_page_size".into()));
+    assert_eq!(
+        refused(&["-o", "ext_page_size=x"]),
+        (1, "could not parse argument to ext_page_size".into())
+    );
     let (status, message) = refused(&["-o", "ext_path=/tmp/f:64m"]);
     assert_eq!(status, 1);
-    assert!(message.contains("extstore") && message.contains("not supported"), "{message}");
+    assert!(
+        message.contains("extstore") && message.contains("not supported"),
+        "{message}"
+    );
 }
 
 #[test]
 fn after_loop_checks_exit_64() {
-    assert_eq!(refused(&["-I", "512"]), (64, "Item max size cannot be less than 1024 bytes.".into()));
+    assert_eq!(
+        refused(&["-I", "512"]),
+        (64, "Item max size cannot be less than 1024 bytes.".into())
+    );
     assert_eq!(
         refused(&["-m", "1", "-I", "1m"]),
-        (64, "Cannot set item size limit higher than 1/2 of memory max.".into())
+        (
+            64,
+            "Cannot set item size limit higher than 1/2 of memory max.".into()
+        )
     );
     assert_eq!(
         refused(&["-I", "1k"]),
-        (64, "slab_chunk_max (bytes: 524288) cannot be larger than -I (item_size_max 1024)".into())
+        (
+            64,
+            "slab_chunk_max (bytes: 524288) cannot be larger than -I (item_size_max 1024)".into()
+        )
     );
     assert!(parse(&["-I", "1k", "-o", "slab_chunk_max=1024"]).is_ok());
     assert_eq!(
@@ -124,7 +203,10 @@ fn after_loop_checks_exit_64() {
         "slab_chunk_max (bytes: 786432) must divide evenly into 1048576 (slab_page_size)"
     );
     assert_eq!(refused(&["-B", "http"]).0, 64);
-    assert_eq!(refused(&["-p", "70000"]), (64, "ERROR: Invalid port number 70000.".into()));
+    assert_eq!(
+        refused(&["-p", "70000"]),
+        (64, "ERROR: Invalid port number 70000.".into())
+    );
     assert_eq!(refused(&["-N", "5", "-t", "4"]).0, 64);
     assert_eq!(refused(&["-o", "hot_lru_pct=50,warm_lru_pct=40"]).0, 64);
     assert_eq!(refused(&["-o", "no_lru_maintainer,temporary_ttl=5"]).0, 64);
@@ -137,7 +219,13 @@ fn slab_classes_follow_the_flags() {
     assert_eq!(s.classes.factor, 1.5);
     assert_eq!(s.classes.chunk_size, 64);
     assert_eq!(s.classes.chunk_max, 262_144);
-    assert_eq!(parse(&["-o", "no_chunked_items"]).unwrap().classes.chunk_max, 1 << 20);
+    assert_eq!(
+        parse(&["-o", "no_chunked_items"])
+            .unwrap()
+            .classes
+            .chunk_max,
+        1 << 20
+    );
     let s = parse(&["-o", "slab_sizes=100-200-300"]).unwrap();
     assert_eq!(s.classes.sizes, Some(vec![100, 200, 300]));
 }
@@ -175,8 +263,18 @@ fn accepts_every_memcached_suboption() {
 #[test]
 fn ferrocache_options_still_work() {
     let s = parse(&[
-        "--pin", "--busy-poll-us", "50", "--io-backend=epoll", "--zero-copy-min", "0",
-        "--udp-gso=off", "--null-store", "--null-value-bytes", "7", "-Z", "-o",
+        "--pin",
+        "--busy-poll-us",
+        "50",
+        "--io-backend=epoll",
+        "--zero-copy-min",
+        "0",
+        "--udp-gso=off",
+        "--null-store",
+        "--null-value-bytes",
+        "7",
+        "-Z",
+        "-o",
         "ssl_chain_cert=a,ssl_key=b",
     ])
     .unwrap();
@@ -203,7 +301,10 @@ fn help_lists_every_option() {
     };
     for spec in OPTIONS {
         if let Some(l) = spec.long {
-            assert!(text.contains(&format!("--{l}")) || l == "napi-ids", "--{l} missing");
+            assert!(
+                text.contains(&format!("--{l}")) || l == "napi-ids",
+                "--{l} missing"
+            );
         }
     }
     // memcached's test suite runs its extstore tests when -h mentions ext_path.
