@@ -94,6 +94,7 @@ const ACCEPTED: &[&[&str]] = &[
         "-o",
         "slab_reassign,slab_automove=2,slab_automove_ratio=0.5,slab_automove_window=30",
     ],
+    &["-o", "slab_automove,slab_automove_ratio=1"],
     &[
         "-o",
         "no_slab_reassign,no_slab_automove,hash_algorithm=xxh3,track_sizes,modern",

@@ -136,7 +136,10 @@ impl Extended {
                 if r <= 0.0 || r > 1.0 {
                     return fail("slab_automove_ratio must be > 0 and < 1".into());
                 }
-                r.to_string()
+                // memcached's check lets 1 through (its message says < 1); the crawler's
+                // tunables (`admin/crawler.rs`) hold it to < 1. The ratio is inert here,
+                // so 1 is kept as just under it, which `stats settings` shows as 1.00.
+                r.min(0.999_999).to_string()
             }
             "slab_automove_window" => {
                 let n = atoi(need("slab_automove_window argument")?);
