@@ -10,11 +10,12 @@
 //! - `getopt.rs`: glibc's option syntax and messages;
 //! - `extended.rs`: the `-o` suboptions;
 //! - `refusal.rs`: the exit statuses, and C's number readers;
-//! - `usage.txt`: `-h`;
+//! - `options.rs`: the option table, and `-h` (`usage.txt`) and `-i`;
 //! - `tls.rs`: `-Z` and the `ssl_*` suboptions.
 
 mod extended;
 mod getopt;
+mod options;
 pub mod refusal;
 #[cfg(test)]
 mod tests;
@@ -22,8 +23,9 @@ pub mod tls;
 
 use anyhow::Result;
 
-use extended::{Extended, SLAB_PAGE_SIZE};
-use getopt::{Getopt, HasArg, OptSpec};
+use extended::{parse_slab_sizes, Extended, SLAB_PAGE_SIZE};
+use getopt::Getopt;
+use options::{license, OPTIONS, USAGE};
 pub use refusal::{Refusal, EXIT_FAILURE, EX_NOUSER, EX_OSERR, EX_USAGE};
 pub use tls::{ListenSpec, TlsOptions, VerifyMode};
 
@@ -41,75 +43,6 @@ pub const MAX_VERBOSITY_LEVEL: u32 = 2;
 /// size: measured on two hosts, even or a loss at 16 KiB, a clear win from 32 KiB.
 pub const ZERO_COPY_MIN_EPOLL: usize = 16 * 1024;
 pub const ZERO_COPY_MIN_URING: usize = 32 * 1024;
-
-/// `-h`: memcached's listing (the Debian build's), then ferrocache's own options.
-const USAGE: &str = include_str!("config/usage.txt");
-
-/// Every option: memcached's short letters and long names, then ferrocache's own, which
-/// have long names only. [`Settings::parse`] matches on the index into this table by
-/// the option's letter or name, read back from here.
-const OPTIONS: &[OptSpec] = &[
-    opt('a', "unix-mask", HasArg::Required),
-    opt('A', "enable-shutdown", HasArg::No),
-    opt('Z', "enable-ssl", HasArg::No),
-    opt('p', "port", HasArg::Required),
-    opt('s', "unix-socket", HasArg::Required),
-    opt('U', "udp-port", HasArg::Required),
-    opt('m', "memory-limit", HasArg::Required),
-    opt('M', "disable-evictions", HasArg::No),
-    opt('c', "conn-limit", HasArg::Required),
-    opt('k', "lock-memory", HasArg::No),
-    opt('h', "help", HasArg::No),
-    opt('i', "license", HasArg::No),
-    opt('V', "version", HasArg::No),
-    opt('r', "enable-coredumps", HasArg::No),
-    opt('v', "verbose", HasArg::Optional),
-    opt('d', "daemon", HasArg::No),
-    opt('l', "listen", HasArg::Required),
-    opt('u', "user", HasArg::Required),
-    opt('P', "pidfile", HasArg::Required),
-    opt('f', "slab-growth-factor", HasArg::Required),
-    opt('n', "slab-min-size", HasArg::Required),
-    opt('t', "threads", HasArg::Required),
-    opt('D', "", HasArg::Required),
-    opt('L', "enable-largepages", HasArg::No),
-    opt('R', "max-reqs-per-event", HasArg::Required),
-    opt('C', "disable-cas", HasArg::No),
-    opt('b', "listen-backlog", HasArg::Required),
-    opt('B', "protocol", HasArg::Required),
-    opt('I', "max-item-size", HasArg::Required),
-    opt('S', "enable-sasl", HasArg::No),
-    opt('F', "disable-flush-all", HasArg::No),
-    opt('X', "disable-dumping", HasArg::No),
-    opt('W', "disable-watch", HasArg::No),
-    opt('Y', "auth-file", HasArg::Required),
-    opt('e', "memory-file", HasArg::Required),
-    opt('o', "extended", HasArg::Required),
-    opt('N', "napi-ids", HasArg::Required),
-    long("pin", HasArg::No),
-    long("busy-poll-us", HasArg::Required),
-    long("io-backend", HasArg::Required),
-    long("zero-copy-min", HasArg::Required),
-    long("udp-gso", HasArg::Required),
-    long("null-store", HasArg::No),
-    long("null-value-bytes", HasArg::Required),
-];
-
-const fn opt(short: char, long: &'static str, arg: HasArg) -> OptSpec {
-    OptSpec {
-        short: Some(short),
-        long: if long.is_empty() { None } else { Some(long) },
-        arg,
-    }
-}
-
-const fn long(long: &'static str, arg: HasArg) -> OptSpec {
-    OptSpec {
-        short: None,
-        long: Some(long),
-        arg,
-    }
-}
 
 /// What a command line asks for: a server to run, or text to print before exiting 0
 /// (`-h`, `-i`, `-V`).
@@ -782,56 +715,6 @@ fn bind_port(port: i32) -> Option<u16> {
         -1 => Some(0),
         p => Some(p as u16),
     }
-}
-
-/// memcached's `_parse_slab_sizes`: `-`-separated chunk sizes, each in range and growing
-/// by more than the 8-byte alignment.
-fn parse_slab_sizes(list: &str, chunk_size: u32, chunk_max: u32) -> Result<Vec<u32>, String> {
-    const CHUNK_ALIGN_BYTES: u32 = 8;
-    const MAX_NUMBER_OF_SLAB_CLASSES: usize = 64;
-    let mut sizes = Vec::new();
-    let mut last = 0u32;
-    for part in list.split('-').filter(|p| !p.is_empty()) {
-        let size = refusal::safe_strtoul(part);
-        let size = match size {
-            Some(s) if s >= chunk_size && s <= chunk_max => s,
-            _ => {
-                return Err(format!(
-                    "slab size {} is out of valid range",
-                    size.unwrap_or(0)
-                ))
-            }
-        };
-        if last >= size {
-            return Err(format!(
-                "slab size {size} cannot be lower than or equal to a previous class size"
-            ));
-        }
-        if size <= last + CHUNK_ALIGN_BYTES {
-            return Err(format!(
-                "slab size {size} must be at least {CHUNK_ALIGN_BYTES} bytes larger than previous class"
-            ));
-        }
-        sizes.push(size);
-        last = size;
-        if sizes.len() >= MAX_NUMBER_OF_SLAB_CLASSES - 1 {
-            return Err("too many slab classes specified".into());
-        }
-    }
-    if sizes.is_empty() {
-        return Err("slab_sizes: no sizes given".into());
-    }
-    Ok(sizes)
-}
-
-/// `-i`: the license, as memcached prints its own.
-fn license() -> String {
-    format!(
-        "ferrocache {VERSION} is licensed under {}.\n\
-         It reimplements the behaviour of memcached (Copyright (c) 2003, Danga Interactive,\n\
-         Inc.; BSD-3-Clause); it contains none of memcached's code.\n",
-        env!("CARGO_PKG_LICENSE")
-    )
 }
 
 /// The `-o` options that set the crawler's tunables (`admin/crawler.rs`); the rest of

@@ -289,3 +289,43 @@ impl Extended {
         Ok(())
     }
 }
+
+/// memcached's `_parse_slab_sizes`: `-`-separated chunk sizes, each in range and growing
+/// by more than the 8-byte alignment.
+pub fn parse_slab_sizes(list: &str, chunk_size: u32, chunk_max: u32) -> Result<Vec<u32>, String> {
+    const CHUNK_ALIGN_BYTES: u32 = 8;
+    const MAX_NUMBER_OF_SLAB_CLASSES: usize = 64;
+    let mut sizes = Vec::new();
+    let mut last = 0u32;
+    for part in list.split('-').filter(|p| !p.is_empty()) {
+        let size = safe_strtoul(part);
+        let size = match size {
+            Some(s) if s >= chunk_size && s <= chunk_max => s,
+            _ => {
+                return Err(format!(
+                    "slab size {} is out of valid range",
+                    size.unwrap_or(0)
+                ))
+            }
+        };
+        if last >= size {
+            return Err(format!(
+                "slab size {size} cannot be lower than or equal to a previous class size"
+            ));
+        }
+        if size <= last + CHUNK_ALIGN_BYTES {
+            return Err(format!(
+                "slab size {size} must be at least {CHUNK_ALIGN_BYTES} bytes larger than previous class"
+            ));
+        }
+        sizes.push(size);
+        last = size;
+        if sizes.len() >= MAX_NUMBER_OF_SLAB_CLASSES - 1 {
+            return Err("too many slab classes specified".into());
+        }
+    }
+    if sizes.is_empty() {
+        return Err("slab_sizes: no sizes given".into());
+    }
+    Ok(sizes)
+}
