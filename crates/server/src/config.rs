@@ -1,15 +1,32 @@
-//! Command-line settings, with memcached's flags, meanings and defaults.
+//! Command-line settings, with memcached 1.6.18's flags, meanings, defaults, messages and
+//! exit statuses.
 //!
-//! An operator's existing memcached command line must start ferrocache. Flags
-//! that configure memcached internals we do not have (slab sizing, hash power,
-//! LRU tuning) are accepted, echoed in `stats settings`, and have no effect;
-//! `docs/operations.md` lists them. An unknown flag is an error.
+//! An operator's existing memcached command line must start ferrocache, and a line
+//! memcached refuses must be refused in the same words with the same status. Flags that
+//! configure memcached internals we do not have (hash power, slab rebalancing, extstore
+//! tuning) are accepted, echoed in `stats settings`, and have no effect;
+//! `docs/operations.md` lists every flag and what ferrocache does with it.
+//!
+//! - `getopt.rs`: glibc's option syntax and messages;
+//! - `extended.rs`: the `-o` suboptions;
+//! - `refusal.rs`: the exit statuses, and C's number readers;
+//! - `options.rs`: the option table, and `-h` (`usage.txt`) and `-i`;
+//! - `tls.rs`: `-Z` and the `ssl_*` suboptions.
 
+mod extended;
+mod getopt;
+mod options;
+pub mod refusal;
+#[cfg(test)]
+mod tests;
 pub mod tls;
 
-use anyhow::{bail, Context, Result};
-use clap::{ArgAction, Parser};
+use anyhow::Result;
 
+use extended::{parse_slab_sizes, Extended, SLAB_PAGE_SIZE};
+use getopt::Getopt;
+use options::{license, OPTIONS, USAGE};
+pub use refusal::{Refusal, EXIT_FAILURE, EX_NOUSER, EX_OSERR, EX_USAGE};
 pub use tls::{ListenSpec, TlsOptions, VerifyMode};
 
 /// The version string `version` and `stats` report: memcached's protocol
@@ -27,186 +44,13 @@ pub const MAX_VERBOSITY_LEVEL: u32 = 2;
 pub const ZERO_COPY_MIN_EPOLL: usize = 16 * 1024;
 pub const ZERO_COPY_MIN_URING: usize = 32 * 1024;
 
-#[derive(Parser, Debug, Clone)]
-#[command(
-    name = "ferrocache",
-    version = VERSION,
-    about = "A memcached-compatible cache server",
-    disable_version_flag = true,
-    // As memcached's getopt loop: a repeated option's last value wins (`-m 64 -m 1024`
-    // is 1024), where clap would refuse the line; `-l` and `-o` add up instead.
-    args_override_self = true
-)]
-struct Args {
-    /// TCP port to listen on (0 to disable TCP)
-    #[arg(short = 'p', long = "port", default_value_t = 11211)]
-    port: u16,
-    /// UDP port to listen on (0 = off, the default since memcached 1.5.6)
-    #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
-    udp_port: u16,
-    /// UNIX socket path (disables network listeners)
-    #[arg(short = 's', long = "unix-socket")]
-    unix_socket: Option<String>,
-    /// Access mask for the UNIX socket, in octal
-    #[arg(short = 'a', long = "unix-mask", default_value = "700")]
-    unix_mask: String,
-    /// Interfaces to listen on, comma separated or repeated (default 127.0.0.1)
-    #[arg(short = 'l', long = "listen", default_value = "127.0.0.1", action = clap::ArgAction::Append)]
-    listen: Vec<String>,
-    /// Run as a daemon
-    #[arg(short = 'd', long = "daemon")]
-    daemon: bool,
-    /// Maximize core file limit
-    #[arg(short = 'r', long = "enable-coredumps")]
-    coredumps: bool,
-    /// Assume the identity of USER (only when run as root)
-    #[arg(short = 'u', long = "user")]
-    user: Option<String>,
-    /// Item memory in megabytes (k/m/g suffixes accepted)
-    #[arg(short = 'm', long = "memory-limit", default_value = "64")]
-    memory_limit: String,
-    /// Return an error on memory exhaustion instead of evicting items
-    #[arg(short = 'M', long = "disable-evictions")]
-    disable_evictions: bool,
-    /// Max simultaneous connections
-    #[arg(short = 'c', long = "conn-limit", default_value_t = 1024)]
-    conn_limit: usize,
-    /// Lock down all paged memory: item memory is locked as it is allocated
-    #[arg(short = 'k', long = "lock-memory")]
-    lock_memory: bool,
-    /// Verbose (repeat for more)
-    #[arg(short = 'v', long = "verbose", action = ArgAction::Count)]
-    verbose: u8,
-    /// Print version and exit
-    #[arg(short = 'V', long = "version")]
-    print_version: bool,
-    /// Save PID in FILE
-    #[arg(short = 'P', long = "pidfile")]
-    pidfile: Option<String>,
-    /// Chunk size growth factor (accepted, no effect)
-    #[arg(short = 'f', long = "slab-growth-factor", default_value = "1.25")]
-    growth_factor: String,
-    /// Minimum space allocated for key+value+flags (accepted, no effect)
-    #[arg(short = 'n', long = "slab-min-size", default_value_t = 48)]
-    chunk_size: u32,
-    /// Put item memory on transparent huge pages (one 2 MiB-aligned mapping, MADV_HUGEPAGE)
-    #[arg(short = 'L', long = "enable-largepages")]
-    large_pages: bool,
-    /// Stats prefix delimiter: `stats detail` counts keys by what comes before it
-    #[arg(short = 'D', default_value = ":")]
-    delimiter: String,
-    /// Number of worker threads
-    #[arg(short = 't', long = "threads", default_value_t = 4)]
-    threads: usize,
-    /// Max requests per event, per connection (kept for compatibility; see docs/protocol.md)
-    #[arg(short = 'R', long = "max-reqs-per-event", default_value_t = 20)]
-    reqs_per_event: u32,
-    /// Disable CAS: every cas shown is 0, and compare-and-swaps answer as in memcached -C
-    #[arg(short = 'C', long = "disable-cas")]
-    disable_cas: bool,
-    /// TCP listen backlog
-    #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
-    backlog: i32,
-    /// Protocol: auto (decided by a connection's first byte), ascii or binary
-    #[arg(short = 'B', long = "protocol")]
-    protocol: Option<String>,
-    /// Max item size (k/m suffixes accepted), at least 1k
-    #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
-    item_size_max: String,
-    /// ASCII protocol authentication: a first `set` must carry `<user> <password>`
-    /// from this file of `user:password` lines
-    #[arg(short = 'Y', long = "auth-file")]
-    auth_file: Option<String>,
-    /// Turn on SASL authentication (binary protocol; passwords from MEMCACHED_SASL_PWDB)
-    #[arg(short = 'S', long = "enable-sasl")]
-    sasl: bool,
-    /// Disable flush_all
-    #[arg(short = 'F', long = "disable-flush-all")]
-    disable_flush_all: bool,
-    /// Disable stats cachedump and lru_crawler metadump
-    #[arg(short = 'X', long = "disable-dumping")]
-    disable_dumping: bool,
-    /// Disable watch commands
-    #[arg(short = 'W', long = "disable-watch")]
-    disable_watch: bool,
-    /// Enable the shutdown command
-    #[arg(short = 'A', long = "enable-shutdown")]
-    enable_shutdown: bool,
-    /// Memory file for a warm restart: SIGUSR1 (or `shutdown graceful`) saves the
-    /// cache into it and exits; a start with the same file, -m and -I serves every
-    /// item again. Put it on a RAM disk (/dev/shm)
-    #[arg(short = 'e', long = "memory-file")]
-    memory_file: Option<String>,
-    /// Pin worker N to CPU N, and steer each connection to the worker on the
-    /// CPU that receives its packets (reuseport CBPF)
-    #[arg(long = "pin")]
-    pin: bool,
-    /// Before a worker sleeps for events, poll for up to this many microseconds,
-    /// less (down to none) while events come far apart (also SO_BUSY_POLL on client
-    /// sockets); pays with few clients that each wait for their reply; 0 = off
-    #[arg(long = "busy-poll-us", default_value_t = 0)]
-    busy_poll_us: u32,
-    /// Socket I/O: epoll, io_uring (multishot accept and receive, batched
-    /// sends), or auto (the one measured cheaper here; see docs/operations.md)
-    #[arg(
-        long = "io-backend",
-        env = "FERROCACHE_IO_BACKEND",
-        default_value = "auto"
-    )]
-    io_backend: IoBackend,
-    /// Send get values of at least this many bytes from where they are stored,
-    /// with one vectored send, instead of copying them into the output buffer
-    /// (text, meta and binary gets over TCP); 0 = always copy. Default: 16384 on
-    /// epoll, 32768 on io_uring
-    #[arg(long = "zero-copy-min")]
-    zero_copy_min: Option<usize>,
-    /// UDP replies with segmentation offload (UDP GSO), where the kernel
-    /// offers it: on (the default) or off
-    #[arg(long = "udp-gso", default_value = "on", value_parser = ["on", "off"])]
-    udp_gso: String,
-    /// Benchmark floor: answer gets with a canned value and sets with STORED,
-    /// without touching the store (measures the network path alone)
-    #[arg(long = "null-store")]
-    null_store: bool,
-    /// Size of the canned value --null-store returns
-    #[arg(long = "null-value-bytes", default_value_t = 20)]
-    null_value_bytes: usize,
-    /// Extended options, comma separated (idle_timeout=N, maxconns_fast, ...)
-    #[arg(short = 'o', long = "extended")]
-    extended: Vec<String>,
-    /// Enable TLS on TCP listeners (-o ssl_chain_cert=FILE,ssl_key=FILE; -l notls:ADDR
-    /// keeps a listener plain)
-    #[arg(short = 'Z', long = "enable-ssl")]
-    enable_ssl: bool,
+/// What a command line asks for: a server to run, or text to print before exiting 0
+/// (`-h`, `-i`, `-V`).
+#[derive(Debug)]
+pub enum Parsed {
+    Run(Box<Settings>),
+    Print(String),
 }
-
-/// memcached `-o` options that tune its own internals. They are accepted and
-/// listed in `stats settings`, and change nothing here. The crawler, slab and LRU
-/// options are read by `crawler.rs` ([`TUNABLE_OPTIONS`]).
-const INERT_OPTIONS: &[&str] = &[
-    "maxconns_fast",
-    "no_maxconns_fast",
-    "hashpower",
-    "tail_repair_time",
-    "idle_timeout",
-    "watcher_logbuf_size",
-    "worker_logbuf_size",
-    "read_buf_mem_limit",
-    "resp_obj_mem_limit",
-    "slab_automove_window",
-    "slab_chunk_max",
-    "track_sizes",
-    "no_hashexpand",
-    "hash_algorithm",
-    "modern",
-    "no_modern",
-    "inline_ascii_resp",
-    "no_inline_ascii_resp",
-    "drop_privileges",
-    "no_drop_privileges",
-    "large_memory_pages",
-    "ext_path",
-];
 
 /// memcached's `-B`: the protocols a connection may speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,7 +62,7 @@ pub enum Binding {
 }
 
 /// `--io-backend`: how worker threads drive their sockets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoBackend {
     /// Whichever the benchmarks found cheaper on this kind of kernel:
     /// io_uring when the kernel offers it, else epoll (`docs/benchmarks.md`,
@@ -231,6 +75,17 @@ pub enum IoBackend {
 }
 
 impl IoBackend {
+    /// The backend `--io-backend NAME` names.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<IoBackend> {
+        match name {
+            "auto" => Some(IoBackend::Auto),
+            "uring" => Some(IoBackend::Uring),
+            "epoll" => Some(IoBackend::Epoll),
+            _ => None,
+        }
+    }
+
     /// The name `--io-backend` and `stats settings` use.
     #[must_use]
     pub fn name(self) -> &'static str {
@@ -245,8 +100,11 @@ impl IoBackend {
 /// The resolved settings every thread reads.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub port: u16,
-    pub udp_port: u16,
+    /// `-p` as memcached keeps it: 0 is off, -1 a port the kernel picks
+    /// ([`Settings::tcp_bind_port`]).
+    pub port: i32,
+    /// `-U`, as `port`.
+    pub udp_port: i32,
     pub listen: Vec<String>,
     pub unix_socket: Option<String>,
     pub unix_mask: u32,
@@ -268,6 +126,11 @@ pub struct Settings {
     pub chunk_size: u32,
     pub growth_factor: String,
     pub delimiter: String,
+    /// `-D` given: `stats detail` counts from the start, as `stats detail on`.
+    pub detail_enabled: bool,
+    /// `-N`: accepted and checked as memcached checks it; connections are not grouped
+    /// by NAPI ID here (`--pin` steers them by CPU instead).
+    pub napi_ids: u32,
     /// Seconds without traffic after which a connection is closed (0 = never).
     pub idle_timeout_secs: u32,
     /// `-B`: which protocols a connection may speak.
@@ -404,179 +267,454 @@ impl Settings {
         }
     }
 
-    /// Parse a command line (the first item is the program name).
+    /// Parse a command line (the first item is the program name). `-h`, `-i` and `-V`
+    /// print and exit here, as memcached's do; a refused line comes back as a
+    /// [`Refusal`] inside the error, which `main` prints and exits with.
     pub fn from_args<I, T>(args: I) -> Result<Self>
     where
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let a = Args::try_parse_from(args).map_err(|e| {
-            // --help and --version print and exit like memcached -h.
-            if e.kind() == clap::error::ErrorKind::DisplayHelp {
-                let _ = e.print();
+        let args: Vec<String> = args
+            .into_iter()
+            .map(|a| a.into().to_string_lossy().into_owned())
+            .collect();
+        let (prog, rest) = match args.split_first() {
+            Some((p, r)) => (p.as_str(), r),
+            None => ("ferrocache", &[][..]),
+        };
+        match Settings::parse(prog, rest)? {
+            Parsed::Run(s) => Ok(*s),
+            Parsed::Print(text) => {
+                print!("{text}");
                 std::process::exit(0);
             }
-            anyhow::anyhow!("{e}")
-        })?;
-        if a.print_version {
-            println!("ferrocache {VERSION}");
-            std::process::exit(0);
         }
-        let memory_limit_bytes = parse_size(&a.memory_limit, 1024 * 1024)
-            .with_context(|| format!("bad -m value {:?}", a.memory_limit))?;
-        let item_size_max_bytes = parse_size(&a.item_size_max, 1)
-            .with_context(|| format!("bad -I value {:?}", a.item_size_max))?;
-        if item_size_max_bytes < 1024 {
-            bail!("Item max size cannot be less than 1024 bytes.");
-        }
-        if item_size_max_bytes > 1024 * 1024 * 1024 {
-            bail!("Cannot set item size limit higher than 1 gigabyte.");
-        }
-        if item_size_max_bytes > memory_limit_bytes / 2 {
-            bail!("Cannot set item size limit higher than 1/2 of memory max.");
-        }
-        if a.threads == 0 {
-            bail!("Number of threads must be greater than 0");
-        }
-        if a.conn_limit == 0 {
-            bail!("Maximum connections must be greater than 0");
-        }
-        let mut binding = match a.protocol.as_deref().unwrap_or("auto") {
-            "auto" => Binding::Auto,
-            "ascii" => Binding::Ascii,
-            "binary" => Binding::Binary,
-            other => bail!(
-                "Invalid value for binding protocol: {other} -- should be one of auto, binary, or ascii"
-            ),
+    }
+
+    /// memcached's `main()` up to its start-up: the option loop (`return 1` on a bad
+    /// value, in the order given), then the checks after it (`EX_USAGE`), in its order.
+    pub fn parse(prog: &str, args: &[String]) -> Result<Parsed, Refusal> {
+        let mut port: i32 = 11211;
+        let mut udp_port: i32 = 0;
+        let (mut tcp_specified, mut udp_specified) = (false, false);
+        let mut unix_socket = None;
+        let mut unix_mask = 0o700;
+        let mut inter: Option<String> = None;
+        let mut user = None;
+        let mut maxbytes: usize = 64 << 20;
+        let mut evictions = true;
+        let mut max_connections: usize = 1024;
+        let mut lock_memory = false;
+        let mut verbose: u32 = 0;
+        let mut pidfile = None;
+        let mut factor = 1.25f64;
+        let mut chunk_size: u32 = 48;
+        let mut large_pages = false;
+        let mut delimiter = ":".to_string();
+        let mut detail_enabled = false;
+        let mut threads: usize = 4;
+        let mut reqs_per_event: u32 = 20;
+        let mut cas_enabled = true;
+        let mut backlog: i32 = 1024;
+        let mut binding = Binding::Auto;
+        let mut protocol_specified = false;
+        let mut item_size_max: i64 = 1024 * 1024;
+        let mut auth_file = None;
+        let mut sasl = false;
+        let (mut flush, mut dump, mut watch, mut shutdown) = (true, true, true, false);
+        let (mut daemonize, mut max_core) = (false, false);
+        let mut memory_file = None;
+        let mut napi_ids: i64 = 0;
+        let mut ext = Extended::default();
+        let mut tls = TlsOptions::default();
+        let mut pin = false;
+        let mut busy_poll_us = 0;
+        let mut io_backend = match std::env::var("FERROCACHE_IO_BACKEND") {
+            Ok(v) => IoBackend::from_name(&v).ok_or_else(|| {
+                Refusal::usage(format!(
+                    "FERROCACHE_IO_BACKEND={v}: expected auto, uring or epoll"
+                ))
+            })?,
+            Err(_) => IoBackend::Auto,
         };
-        let sasl_pwdb = if a.sasl {
-            // memcached serves only the binary protocol with SASL.
-            match binding {
-                Binding::Ascii => {
-                    bail!("ERROR: You cannot allow the ASCII protocol while using SASL.")
+        let mut zero_copy_min = None;
+        let mut udp_gso = true;
+        let (mut null_store, mut null_value_bytes) = (false, 20usize);
+
+        let fail = |m: String| Err(Refusal::failure(m));
+        for found in Getopt::new(prog, OPTIONS, args) {
+            let (index, value) =
+                found.map_err(|m| Refusal::failure(format!("{m}\nIllegal argument \"?\"")))?;
+            let v = value.unwrap_or_default();
+            let spec = OPTIONS[index];
+            // ferrocache's own options, by name.
+            if spec.short.is_none() {
+                let name = spec.long.unwrap_or_default();
+                let number = |what: &str| {
+                    v.parse::<usize>().map_err(|_| {
+                        Refusal::usage(format!("--{name}: {what} expected, got {v:?}"))
+                    })
+                };
+                match name {
+                    "pin" => pin = true,
+                    "busy-poll-us" => {
+                        busy_poll_us = u32::try_from(number("microseconds")?)
+                            .map_err(|_| Refusal::usage("--busy-poll-us: too large"))?;
+                    }
+                    "io-backend" => {
+                        io_backend = IoBackend::from_name(&v).ok_or_else(|| {
+                            Refusal::usage(format!(
+                                "--io-backend {v}: expected auto, uring or epoll"
+                            ))
+                        })?;
+                    }
+                    "zero-copy-min" => zero_copy_min = Some(number("bytes")?),
+                    "udp-gso" => {
+                        udp_gso = match v.as_str() {
+                            "on" => true,
+                            "off" => false,
+                            _ => {
+                                return Err(Refusal::usage(format!(
+                                    "--udp-gso {v}: expected on or off"
+                                )))
+                            }
+                        };
+                    }
+                    "null-store" => null_store = true,
+                    _ => null_value_bytes = number("bytes")?,
                 }
-                _ => binding = Binding::Binary,
+                continue;
+            }
+            match spec.short.unwrap_or_default() {
+                'A' => shutdown = true,
+                'Z' => tls.enabled = true,
+                'a' => {
+                    let t = v.trim_start();
+                    let end = t.bytes().take_while(|b| (b'0'..=b'7').contains(b)).count();
+                    unix_mask = u32::from_str_radix(&t[..end], 8).unwrap_or(0);
+                }
+                'U' => {
+                    udp_port = refusal::atoi(&v) as i32;
+                    udp_specified = true;
+                }
+                'p' => {
+                    port = refusal::atoi(&v) as i32;
+                    tcp_specified = true;
+                }
+                's' => unix_socket = Some(v),
+                // `(size_t)atoi(optarg) * 1024 * 1024`: `-m 64m` is 64 MiB, `-m 1g` 1 MiB.
+                'm' => maxbytes = (refusal::atoi(&v) as u64).wrapping_mul(1 << 20) as usize,
+                'M' => evictions = false,
+                'c' => {
+                    let n = refusal::atoi(&v);
+                    if n <= 0 {
+                        return fail("Maximum connections must be greater than 0".into());
+                    }
+                    max_connections = n as usize;
+                }
+                'h' => return Ok(Parsed::Print(format!("ferrocache {VERSION}\n{USAGE}"))),
+                'i' => return Ok(Parsed::Print(license())),
+                'V' => return Ok(Parsed::Print(format!("ferrocache {VERSION}\n"))),
+                'k' => lock_memory = true,
+                'v' => verbose += 1,
+                'l' => match &mut inter {
+                    // memcached skips an address already in the list (by substring).
+                    Some(list) if list.contains(v.as_str()) => {}
+                    Some(list) => *list = format!("{list},{v}"),
+                    None => inter = Some(v),
+                },
+                'd' => daemonize = true,
+                'r' => max_core = true,
+                'R' => {
+                    let n = refusal::atoi(&v);
+                    if n == 0 {
+                        return fail("Number of requests per event must be greater than 0".into());
+                    }
+                    reqs_per_event = u32::try_from(n).unwrap_or(1);
+                }
+                'u' => user = Some(v),
+                'P' => pidfile = Some(v),
+                'e' => memory_file = Some(v),
+                'f' => {
+                    factor = refusal::atof(&v);
+                    if factor <= 1.0 {
+                        return fail("Factor must be greater than 1".into());
+                    }
+                }
+                'n' => {
+                    let n = refusal::atoi(&v);
+                    if n == 0 {
+                        return fail("Chunk size must be greater than 0".into());
+                    }
+                    chunk_size = u32::try_from(n).unwrap_or(1);
+                }
+                't' => {
+                    let n = refusal::atoi(&v);
+                    if n <= 0 {
+                        return fail("Number of threads must be greater than 0".into());
+                    }
+                    if n > 64 {
+                        eprintln!(
+                            "WARNING: Setting a high number of workerthreads is not recommended.\n Set this value to the number of cores in your machine or less."
+                        );
+                    }
+                    threads = n as usize;
+                }
+                'D' => {
+                    if v.is_empty() {
+                        return fail("No delimiter specified".into());
+                    }
+                    delimiter = v;
+                    detail_enabled = true;
+                }
+                'L' => large_pages = true,
+                'C' => cas_enabled = false,
+                'b' => backlog = refusal::atoi(&v) as i32,
+                'B' => {
+                    protocol_specified = true;
+                    binding = match v.as_str() {
+                        "auto" => Binding::Auto,
+                        "binary" => Binding::Binary,
+                        "ascii" => Binding::Ascii,
+                        _ => {
+                            return Err(Refusal::usage(format!(
+                                "Invalid value for binding protocol: {v}\n -- should be one of auto, binary, or ascii"
+                            )))
+                        }
+                    };
+                }
+                'I' => {
+                    // memcached: a k or m suffix multiplies an `int`, which wraps.
+                    let (digits, mult) = match v.chars().last() {
+                        Some('k' | 'K') => (&v[..v.len() - 1], 1024),
+                        Some('m' | 'M') => (&v[..v.len() - 1], 1024 * 1024),
+                        _ => (v.as_str(), 1),
+                    };
+                    item_size_max = i64::from((refusal::atoi(digits) as i32).wrapping_mul(mult));
+                }
+                'S' => sasl = true,
+                'F' => flush = false,
+                'X' => dump = false,
+                'W' => watch = false,
+                'Y' => auth_file = Some(v),
+                'N' => {
+                    napi_ids = refusal::atoi(&v);
+                    if napi_ids <= 0 {
+                        return fail("Maximum number of NAPI IDs must be greater than 0".into());
+                    }
+                }
+                _ => ext.apply(&v, &mut tls)?,
+            }
+        }
+
+        // The checks after memcached's option loop, in its order.
+        let usage = |m: String| Err(Refusal::usage(m));
+        if napi_ids > threads as i64 {
+            return usage(format!(
+                "Number of napi_ids({napi_ids}) cannot be greater than number of threads({threads})"
+            ));
+        }
+        if item_size_max < 1024 {
+            return usage("Item max size cannot be less than 1024 bytes.".into());
+        }
+        if item_size_max as u64 > maxbytes as u64 / 2 {
+            return usage("Cannot set item size limit higher than 1/2 of memory max.".into());
+        }
+        if item_size_max > 1024 * 1024 * 1024 {
+            return usage("Cannot set item size limit higher than a gigabyte.".into());
+        }
+        if item_size_max > 1024 * 1024 && !ext.chunk_max_changed {
+            ext.chunk_max = SLAB_PAGE_SIZE / 2;
+        }
+        let chunk_max = ext.chunk_max;
+        if chunk_max > item_size_max {
+            return usage(format!(
+                "slab_chunk_max (bytes: {chunk_max}) cannot be larger than -I (item_size_max {item_size_max})"
+            ));
+        }
+        // memcached divides by it; a zero or negative one crashes it.
+        if chunk_max <= 0 {
+            return usage(format!(
+                "slab_chunk_max (bytes: {chunk_max}) must be positive"
+            ));
+        }
+        if item_size_max % chunk_max != 0 {
+            return usage(format!(
+                "-I (item_size_max: {item_size_max}) must be evenly divisible by slab_chunk_max (bytes: {chunk_max})"
+            ));
+        }
+        if SLAB_PAGE_SIZE % chunk_max != 0 {
+            return usage(format!(
+                "slab_chunk_max (bytes: {chunk_max}) must divide evenly into {SLAB_PAGE_SIZE} (slab_page_size)"
+            ));
+        }
+        let sizes = match &ext.slab_sizes {
+            Some(list) => {
+                Some(parse_slab_sizes(list, chunk_size, chunk_max as u32).map_err(Refusal::usage)?)
+            }
+            None => None,
+        };
+        if ext.hot_lru_pct + ext.warm_lru_pct > 80 {
+            return usage("hot_lru_pct + warm_lru_pct cannot be more than 80% combined".into());
+        }
+        if ext.temp_lru && !ext.lru_maintainer {
+            return usage("temporary_ttl requires lru_maintainer to be enabled".into());
+        }
+        let sasl_pwdb = if sasl {
+            if !protocol_specified {
+                binding = Binding::Binary;
+            } else if binding != Binding::Binary {
+                return usage(
+                    "ERROR: You cannot allow the ASCII protocol while using SASL.".into(),
+                );
+            }
+            if udp_port != 0 {
+                return usage(
+                    "ERROR: Cannot enable UDP while using binary SASL authentication.".into(),
+                );
             }
             Some(std::env::var("MEMCACHED_SASL_PWDB").map_err(|_| {
-                anyhow::anyhow!("-S needs MEMCACHED_SASL_PWDB naming a file of user:password lines")
+                Refusal::new(
+                    EX_OSERR,
+                    "-S needs MEMCACHED_SASL_PWDB naming a file of user:password lines",
+                )
             })?)
         } else {
             None
         };
-        if a.auth_file.is_some() {
-            // memcached's checks, in its order.
-            if a.udp_port != 0 {
-                bail!("Cannot use UDP with ascii authentication enabled (-U 0 to disable)");
-            }
-            if binding != Binding::Ascii && (a.protocol.is_some() || a.sasl) {
-                bail!(
-                    "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens."
+        if auth_file.is_some() {
+            if !protocol_specified {
+                binding = Binding::Ascii;
+            } else if binding != Binding::Ascii {
+                return usage(
+                    "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens.".into(),
                 );
             }
-            binding = Binding::Ascii;
         }
-        let unix_mask = u32::from_str_radix(&a.unix_mask, 8)
-            .with_context(|| format!("bad -a value {:?}", a.unix_mask))?;
-
-        let mut extended = Vec::new();
-        let mut idle_timeout_secs = 0;
-        let mut tls = TlsOptions {
-            enabled: a.enable_ssl,
-            ..TlsOptions::default()
-        };
-        for group in &a.extended {
-            for opt in group.split(',').filter(|s| !s.is_empty()) {
-                let (key, value) = opt.split_once('=').unwrap_or((opt, ""));
-                if tls.set(key, opt.split_once('=').map(|(_, v)| v))? {
-                    continue;
-                }
-                if !INERT_OPTIONS.contains(&key) && !TUNABLE_OPTIONS.contains(&key) {
-                    bail!("Illegal suboption \"{opt}\"");
-                }
-                if key == "idle_timeout" {
-                    idle_timeout_secs = value
-                        .parse()
-                        .with_context(|| format!("bad idle_timeout value {value:?}"))?;
-                }
-                extended.push((key.to_string(), value.to_string()));
-            }
+        if udp_specified && udp_port != 0 && !tcp_specified {
+            port = udp_port;
         }
-        if tls.enabled && a.port == 0 {
-            bail!("ERROR: You cannot enable SSL without a TCP port.");
+        if port > 65535 {
+            return usage(format!("ERROR: Invalid port number {port}."));
         }
-        let listen: Vec<String> = a
-            .listen
-            .iter()
-            .flat_map(|l| l.split([',', ';']))
+        if port < -1 {
+            return Err(Refusal::new(
+                EX_OSERR,
+                format!("failed to listen on TCP port {port}"),
+            ));
+        }
+        if tls.enabled && port == 0 {
+            return usage("ERROR: You cannot enable SSL without a TCP port.".into());
+        }
+        // memcached checks this after dropping privileges; same words and status.
+        if auth_file.is_some() && udp_port != 0 {
+            return usage(
+                "Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into(),
+            );
+        }
+        let listen: Vec<String> = inter
+            .as_deref()
+            .unwrap_or("127.0.0.1")
+            .split([',', ';'])
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .map(String::from)
             .collect();
         for entry in &listen {
-            ListenSpec::parse(entry, tls.enabled)?;
+            ListenSpec::parse(entry, tls.enabled)
+                .map_err(|e| Refusal::new(EX_OSERR, format!("{e:#}")))?;
         }
-        let factor = a.growth_factor.parse().unwrap_or(1.25);
-        Ok(Settings {
+        let chunk_max = chunk_max as u32;
+        Ok(Parsed::Run(Box::new(Settings {
             tls,
-            port: a.port,
-            udp_port: a.udp_port,
+            port,
+            udp_port,
             listen,
-            unix_socket: a.unix_socket,
+            unix_socket,
             unix_mask,
-            user: a.user,
-            memory_limit_bytes,
-            evictions: !a.disable_evictions,
-            max_connections: a.conn_limit,
-            verbose: u32::from(a.verbose).min(MAX_VERBOSITY_LEVEL),
-            pidfile: a.pidfile,
-            threads: a.threads,
-            reqs_per_event: a.reqs_per_event.max(1),
-            cas_enabled: !a.disable_cas,
-            backlog: a.backlog,
-            item_size_max_bytes,
-            flush_enabled: !a.disable_flush_all,
-            shutdown_enabled: a.enable_shutdown,
-            dump_enabled: !a.disable_dumping,
-            watch_enabled: !a.disable_watch,
-            chunk_size: a.chunk_size,
-            growth_factor: a.growth_factor,
-            delimiter: a.delimiter,
-            idle_timeout_secs,
+            user,
+            memory_limit_bytes: maxbytes,
+            evictions,
+            max_connections,
+            verbose: verbose.min(MAX_VERBOSITY_LEVEL),
+            pidfile,
+            threads,
+            reqs_per_event,
+            cas_enabled,
+            backlog,
+            item_size_max_bytes: item_size_max as usize,
+            flush_enabled: flush,
+            shutdown_enabled: shutdown,
+            dump_enabled: dump,
+            watch_enabled: watch,
+            chunk_size,
+            growth_factor: format!("{factor:.2}"),
+            delimiter,
+            detail_enabled,
+            napi_ids: napi_ids as u32,
+            idle_timeout_secs: ext.idle_timeout,
             binding,
             sasl_pwdb,
-            pin: a.pin,
-            busy_poll_us: a.busy_poll_us,
-            io_backend: a.io_backend,
-            udp_gso: a.udp_gso == "on",
-            zero_copy_min: a.zero_copy_min,
-            null_store: a.null_store.then(|| vec![b'x'; a.null_value_bytes]),
-            large_pages: a.large_pages,
-            lock_memory: a.lock_memory,
-            auth_file: a.auth_file,
-            daemonize: a.daemon,
-            max_core: a.coredumps,
-            extended,
-            memory_file: a.memory_file,
+            pin,
+            busy_poll_us,
+            io_backend,
+            udp_gso,
+            zero_copy_min,
+            null_store: null_store.then(|| vec![b'x'; null_value_bytes]),
+            large_pages,
+            lock_memory,
+            auth_file,
+            daemonize,
+            max_core,
+            extended: ext.list,
+            memory_file,
             classes: storage::ClassConfig {
                 factor,
-                chunk_size: a.chunk_size,
-                ..storage::ClassConfig::default()
+                chunk_size,
+                chunk_max,
+                sizes,
             },
-        })
+        })))
+    }
+
+    /// memcached's start-up check of `-u` (after the option loop): as root, `-u` must name
+    /// a user there is (`EX_USAGE`, `EX_NOUSER`); otherwise `-u` is ignored.
+    pub fn check_user(&self) -> Result<(), Refusal> {
+        if !crate::sys::running_as_root() {
+            return Ok(());
+        }
+        match self.user.as_deref() {
+            None | Some("") => Err(Refusal::usage("can't run as root without the -u switch")),
+            Some(name) if !crate::sys::user_exists(name) => Err(Refusal::new(
+                EX_NOUSER,
+                format!("can't find the user {name} to switch to"),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The TCP port to bind: 0 for `-p -1` (the kernel picks one), `None` when TCP is off.
+    #[must_use]
+    pub fn tcp_bind_port(&self) -> Option<u16> {
+        bind_port(self.port)
+    }
+
+    /// The UDP port to bind, as [`Settings::tcp_bind_port`].
+    #[must_use]
+    pub fn udp_bind_port(&self) -> Option<u16> {
+        bind_port(self.udp_port)
     }
 }
 
-/// Parse `64`, `64m`, `1k`, `2g`; a bare number is in units of `unit` bytes.
-fn parse_size(s: &str, unit: usize) -> Result<usize> {
-    let s = s.trim();
-    let (digits, mult) = match s.chars().last() {
-        Some('k' | 'K') => (&s[..s.len() - 1], 1024),
-        Some('m' | 'M') => (&s[..s.len() - 1], 1024 * 1024),
-        Some('g' | 'G') => (&s[..s.len() - 1], 1024 * 1024 * 1024),
-        _ => (s, unit),
-    };
-    let n: usize = digits.parse().context("not a number")?;
-    n.checked_mul(mult).context("size overflows")
+/// memcached's port: 0 is off, -1 any free port, and the rest is cut to 16 bits as
+/// getaddrinfo cuts it.
+fn bind_port(port: i32) -> Option<u16> {
+    match port {
+        0 => None,
+        -1 => Some(0),
+        p => Some(p as u16),
+    }
 }
 
 /// The `-o` options that set the crawler's tunables (`admin/crawler.rs`); the rest of
@@ -600,105 +738,3 @@ pub const TUNABLE_OPTIONS: &[&str] = &[
     "warm_max_factor",
     "temporary_ttl",
 ];
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(args: &[&str]) -> Result<Settings> {
-        Settings::from_args(std::iter::once("ferrocache").chain(args.iter().copied()))
-    }
-
-    #[test]
-    fn defaults_match_memcached() {
-        let s = parse(&[]).unwrap();
-        assert_eq!(s.port, 11211);
-        assert_eq!(s.udp_port, 0);
-        assert_eq!(s.memory_limit_bytes, 64 << 20);
-        assert_eq!(s.max_connections, 1024);
-        assert_eq!(s.threads, 4);
-        assert_eq!(s.item_size_max_bytes, 1 << 20);
-        assert_eq!(s.listen, vec!["127.0.0.1".to_string()]);
-        assert!(s.evictions && s.flush_enabled && !s.shutdown_enabled);
-        assert!(s.udp_gso);
-        assert_eq!(s.memory_file, None);
-        let s = parse(&["-e", "/dev/shm/cache"]).unwrap();
-        assert_eq!(s.memory_file.as_deref(), Some("/dev/shm/cache"));
-        let s = parse(&["--memory-file=/dev/shm/c2"]).unwrap();
-        assert_eq!(s.memory_file.as_deref(), Some("/dev/shm/c2"));
-    }
-
-    #[test]
-    fn parses_memcached_command_lines() {
-        let s = parse(&[
-            "-p",
-            "1234",
-            "-m",
-            "1024",
-            "-c",
-            "4096",
-            "-t",
-            "1",
-            "-U",
-            "0",
-            "-vv",
-            "-I",
-            "2m",
-            "-M",
-            "-A",
-            "-o",
-            "idle_timeout=30,hashpower=20",
-            "-l",
-            "127.0.0.1,::1",
-        ])
-        .unwrap();
-        assert_eq!(s.port, 1234);
-        assert_eq!(s.memory_limit_bytes, 1024 << 20);
-        assert_eq!(s.item_size_max_bytes, 2 << 20);
-        assert_eq!(s.verbose, 2);
-        assert_eq!(s.idle_timeout_secs, 30);
-        assert!(!s.evictions && s.shutdown_enabled);
-        assert_eq!(s.listen.len(), 2);
-        assert_eq!(s.extended.len(), 2);
-    }
-
-    #[test]
-    fn repeated_options_as_memcached_takes_them() {
-        // The last value of a repeated option wins; -l and -o accumulate.
-        let s = parse(&[
-            "-m",
-            "64",
-            "-t",
-            "2",
-            "-m",
-            "3072",
-            "-l",
-            "127.0.0.1",
-            "-l",
-            "::1",
-        ])
-        .unwrap();
-        assert_eq!(s.memory_limit_bytes, 3072 << 20);
-        assert_eq!(s.threads, 2);
-        assert_eq!(s.listen, vec!["127.0.0.1".to_string(), "::1".to_string()]);
-        let s = parse(&["-o", "idle_timeout=5", "-o", "hashpower=20", "-L", "-L"]).unwrap();
-        assert_eq!(s.extended.len(), 2);
-        assert!(s.large_pages);
-    }
-
-    #[test]
-    fn rejects_bad_values() {
-        assert!(parse(&["-o", "no_such_option"]).is_err());
-        assert!(parse(&["--no-such-flag"]).is_err());
-        assert!(parse(&["-I", "512"]).is_err());
-        assert!(parse(&["-m", "1", "-I", "1m"]).is_err());
-        assert!(parse(&["-t", "0"]).is_err());
-        assert!(parse(&["--udp-gso=maybe"]).is_err());
-    }
-
-    #[test]
-    fn udp_gso_can_be_turned_off() {
-        assert!(!parse(&["--udp-gso=off"]).unwrap().udp_gso);
-        assert!(parse(&["--udp-gso", "on"]).unwrap().udp_gso);
-    }
-}

@@ -343,6 +343,23 @@ pub fn raise_core_limit() -> io::Result<()> {
     Ok(())
 }
 
+/// Whether this process runs as root (real or effective), where memcached requires `-u`.
+#[must_use]
+pub fn running_as_root() -> bool {
+    // SAFETY: getuid and geteuid have no preconditions.
+    unsafe { libc::getuid() == 0 || libc::geteuid() == 0 }
+}
+
+/// Whether the password database has `user` (`-u`'s check before anything starts).
+#[must_use]
+pub fn user_exists(user: &str) -> bool {
+    let Ok(name) = CString::new(user) else {
+        return false;
+    };
+    // SAFETY: `name` is a valid C string; only the null check reads the result.
+    !unsafe { libc::getpwnam(name.as_ptr()) }.is_null()
+}
+
 /// memcached's `-u`: when running as root, switch to `user`.
 pub fn drop_privileges(user: &str) -> io::Result<()> {
     // SAFETY: geteuid has no preconditions.

@@ -266,7 +266,11 @@ VALUE k2 0 2\r\nzz\r\nEND\r\n";
 
 #[test]
 fn mixed_stream_whole() {
-    let (out, status) = run_cut(&["-I", "1k"], &mixed_input(), &[]);
+    let (out, status) = run_cut(
+        &["-I", "1k", "-o", "slab_chunk_max=1024"],
+        &mixed_input(),
+        &[],
+    );
     assert_eq!(status, Status::Open);
     assert_bytes(&out, MIXED_REPLY);
 }
@@ -274,7 +278,7 @@ fn mixed_stream_whole() {
 #[test]
 fn split_at_every_byte_boundary_answers_the_same() {
     let input = mixed_input();
-    let flags = ["-I", "1k"];
+    let flags = ["-I", "1k", "-o", "slab_chunk_max=1024"];
     let (whole, _) = run_cut(&flags, &input, &[]);
     assert_bytes(&whole, MIXED_REPLY);
     for cut in 1..input.len() {
@@ -296,7 +300,7 @@ fn split_at_every_byte_boundary_answers_the_same() {
 #[test]
 fn split_at_random_points_answers_the_same() {
     let input = mixed_input();
-    let flags = ["-I", "1k"];
+    let flags = ["-I", "1k", "-o", "slab_chunk_max=1024"];
     let mut rng = Rng(0x5EED_C0DE_F00D_0001);
     for round in 0..300 {
         let pieces = 1 + rng.below(24);
@@ -318,7 +322,7 @@ fn split_at_random_points_answers_the_same() {
 
 #[test]
 fn oversized_value_is_refused_and_its_data_swallowed() {
-    let shared = shared(&["-I", "1k"]);
+    let shared = shared(&["-I", "1k", "-o", "slab_chunk_max=1024"]);
     let mut c = Client::new(&shared);
     c.feed(b"set k 0 0 2\r\nok\r\n");
     assert_bytes(&c.out, b"STORED\r\n");
@@ -337,7 +341,7 @@ fn oversized_value_is_refused_and_its_data_swallowed() {
           VALUE k 0 3\r\nnew\r\nEND\r\n",
     );
     // The same with the value arriving in small pieces after the line.
-    let shared = self::shared(&["-I", "1k"]);
+    let shared = self::shared(&["-I", "1k", "-o", "slab_chunk_max=1024"]);
     let mut c = Client::new(&shared);
     for piece in input.chunks(7) {
         c.feed(piece);

@@ -24,24 +24,35 @@ use anyhow::{bail, Context, Result};
 use socket2::{Protocol, Type};
 
 use crate::config::IoBackend;
-use crate::config::ListenSpec;
+use crate::config::{ListenSpec, Refusal, EX_OSERR};
 use crate::io::epoll::Worker;
 use crate::io::net::{bind_tcp, bind_unix, Listener};
 use crate::io::udp::{bind_udp, UdpEndpoint};
 use crate::state::Shared;
 
-/// Resolve `-l` entries (`-p` unless the entry names its port) into socket addresses,
+/// Resolve `-l` entries (`port` unless the entry names its port) into socket addresses,
 /// each with whether its TCP listener speaks TLS: all of them under `-Z`, but those
 /// given as `notls:ADDR`.
-fn listen_addrs(shared: &Shared) -> Result<Vec<(SocketAddr, bool)>> {
+fn listen_addrs(shared: &Shared, port: u16) -> Result<Vec<(SocketAddr, bool)>> {
     let mut addrs = Vec::new();
     let tls = shared.settings.tls.enabled;
     for entry in &shared.settings.listen {
         let spec = ListenSpec::parse(entry, tls)?;
-        let port = spec.port.unwrap_or(shared.settings.port);
-        let found = (spec.host.as_str(), port)
-            .to_socket_addrs()
-            .with_context(|| format!("failed to resolve listen address {}", spec.host))?;
+        let port = spec.port.unwrap_or(port);
+        // A name that does not resolve: memcached's two lines, and its EX_OSERR.
+        let found = (spec.host.as_str(), port).to_socket_addrs().map_err(|e| {
+            let why = e.to_string();
+            let why = why
+                .strip_prefix("failed to lookup address information: ")
+                .unwrap_or(&why);
+            Refusal::new(
+                EX_OSERR,
+                format!(
+                    "getaddrinfo(): {why}\nfailed to listen on one of interface(s) {}",
+                    shared.settings.listen.join(",")
+                ),
+            )
+        })?;
         addrs.extend(found.map(|a| (a, tls && !spec.notls)));
     }
     if addrs.is_empty() {
@@ -50,10 +61,39 @@ fn listen_addrs(shared: &Shared) -> Result<Vec<(SocketAddr, bool)>> {
     Ok(addrs)
 }
 
+/// One line of memcached's `MEMCACHED_PORT_FILENAME` file: `TCP INET: 37925`.
+fn port_line(kind: &str, addr: SocketAddr) -> String {
+    let family = if addr.is_ipv4() { "INET" } else { "INET6" };
+    format!("{kind} {family}: {}\n", addr.port())
+}
+
+/// As memcached: with `MEMCACHED_PORT_FILENAME` set, the ports bound (one line per
+/// address, TCP then UDP) go to `NAME.lck`, renamed to `NAME` once every socket is bound,
+/// so a reader that sees the file sees all of it (`-p -1` picks a free port, and this is
+/// how a test learns which).
+fn write_port_file(lines: &[String]) {
+    let Some(name) = std::env::var_os("MEMCACHED_PORT_FILENAME") else {
+        return;
+    };
+    let mut tmp = name.clone();
+    tmp.push(".lck");
+    let written = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(lines.concat().as_bytes()));
+    match written {
+        Ok(()) => {
+            let _ = std::fs::rename(&tmp, &name);
+        }
+        Err(e) => eprintln!("Failed to open \"{}\": {e}", tmp.to_string_lossy()),
+    }
+}
+
 /// Bind every worker's listeners: with `-s`, one UNIX socket shared by all
 /// workers and no network; otherwise one TCP listener per worker per `-l`
-/// address, with `SO_REUSEPORT`. With port 0 the first bind picks the port
-/// and the rest reuse it.
+/// address, with `SO_REUSEPORT`. With port 0 (`-p -1`, `-U -1`) the first bind picks
+/// the port and the rest reuse it.
 fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint>)>> {
     let settings = &shared.settings;
     let mut per_worker: Vec<(Vec<Listener>, Vec<UdpEndpoint>)> = (0..settings.threads)
@@ -70,8 +110,10 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
         }
         return Ok(per_worker);
     }
-    for (base, tls) in listen_addrs(shared)? {
-        if settings.port != 0 {
+    let (mut tcp_lines, mut udp_lines) = (Vec::new(), Vec::new());
+    let tcp_port = settings.tcp_bind_port();
+    for (base, tls) in listen_addrs(shared, tcp_port.unwrap_or(0))? {
+        if tcp_port.is_some() {
             let mut addr = base;
             if addr.port() != 0 {
                 crate::io::net::refuse_taken_port(addr, Type::STREAM, Protocol::TCP, "TCP")?;
@@ -87,6 +129,7 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
                     Listener::Tcp(l)
                 });
             }
+            tcp_lines.push(port_line("TCP", addr));
             if settings.pin {
                 if let Some(Listener::Tcp(first) | Listener::Tls(first)) = per_worker[0].0.last() {
                     let workers = settings.threads as u32;
@@ -102,18 +145,27 @@ fn bind_listeners(shared: &Shared) -> Result<Vec<(Vec<Listener>, Vec<UdpEndpoint
                 eprintln!("ferrocache: listening on {addr} ({kind})");
             }
         }
-        if settings.udp_port != 0 {
+        if let Some(udp_port) = settings.udp_bind_port() {
             let mut addr = base;
-            addr.set_port(settings.udp_port);
-            crate::io::net::refuse_taken_port(addr, Type::DGRAM, Protocol::UDP, "UDP")?;
-            for (_, udp) in per_worker.iter_mut() {
-                udp.push(UdpEndpoint::new(bind_udp(addr)?));
+            addr.set_port(udp_port);
+            if udp_port != 0 {
+                crate::io::net::refuse_taken_port(addr, Type::DGRAM, Protocol::UDP, "UDP")?;
             }
+            for (_, udp) in per_worker.iter_mut() {
+                let socket = bind_udp(addr)?;
+                if addr.port() == 0 {
+                    addr.set_port(socket.local_addr()?.port());
+                }
+                udp.push(UdpEndpoint::new(socket));
+            }
+            udp_lines.push(port_line("UDP", addr));
             if settings.verbose > 0 {
                 eprintln!("ferrocache: listening on {addr} (UDP)");
             }
         }
     }
+    tcp_lines.append(&mut udp_lines);
+    write_port_file(&tcp_lines);
     Ok(per_worker)
 }
 
@@ -124,6 +176,10 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
     crate::state::restart::restore(&shared)?;
 
     let per_worker = bind_listeners(&shared)?;
+    // memcached's -D turns `stats detail` on from the start.
+    if shared.settings.detail_enabled {
+        shared.prefixes.set_enabled(true);
+    }
     if let Some(user) = &shared.settings.user {
         crate::sys::drop_privileges(user).context("dropping privileges")?;
     }
@@ -208,11 +264,13 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
     };
     // SIGUSR1 (or `shutdown graceful`) is memcached's graceful stop, which it announces
     // whatever the verbosity; with -e it saves the cache once everything has stopped.
+    // SIGINT and SIGTERM stop it as memcached 1.6.18 stops: "Exiting normally" under -v,
+    // and exit status 0.
     let graceful = sig == libc::SIGUSR1;
     if graceful {
         eprintln!("Gracefully stopping");
     } else if shared.settings.verbose > 0 {
-        eprintln!("ferrocache: signal {sig} received, shutting down");
+        eprintln!("Exiting normally");
     }
     shared.shutting_down.store(true, Ordering::SeqCst);
     for w in &wakers {

@@ -31,14 +31,27 @@ pub use crate::memcached::{MEMCACHED_CAS_BYTES, MEMCACHED_ITEM_OVERHEAD_BYTES};
 
 const SEGMENT_ROUND_BYTES: usize = 4096;
 
-/// How far `cache_memlimit` may raise the limit: to this many times the starting
-/// one, but by at most [`MEMLIMIT_MAX_EXTRA`] segments (2.6 MB of table)...
+/// How far `cache_memlimit` may raise the limit. memcached accepts any limit from 8 MiB
+/// to 10^9 MiB and takes memory as items need it; this store's table of segments (about
+/// 48 bytes a segment, their memory taken on first use) is sized at start. It reaches
+/// this many times the starting limit...
 const MEMLIMIT_GROWTH: usize = 4;
 
-const MEMLIMIT_MAX_EXTRA: usize = 1 << 16;
+/// ...or the host's physical memory, past which a larger limit could never be filled,
+/// whichever is more; but by at most this many segments (256 GiB of 1 MiB segments, 12 MiB
+/// of table)...
+const MEMLIMIT_MAX_EXTRA: usize = 1 << 18;
 
 /// ...and to this many segments in any case.
 const MEMLIMIT_MIN_CAPACITY: usize = 1024;
+
+/// The host's physical memory (`MemTotal` in /proc/meminfo), where there is one.
+fn physical_memory_bytes() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
 
 /// Consuming builder for [`Store`]: `Store::builder().memory_limit(bytes).build()?`.
 #[derive(Clone, Debug)]
@@ -146,7 +159,9 @@ impl StoreBuilder {
         let capacity = if self.large_pages {
             count
         } else {
-            (count + (count * (MEMLIMIT_GROWTH - 1)).min(MEMLIMIT_MAX_EXTRA))
+            let host = physical_memory_bytes().unwrap_or(0) / segment_size;
+            let extra = (count * (MEMLIMIT_GROWTH - 1)).max(host.saturating_sub(count));
+            (count + extra.min(MEMLIMIT_MAX_EXTRA))
                 .max(MEMLIMIT_MIN_CAPACITY)
                 .min(u32::MAX as usize)
         };

@@ -658,9 +658,10 @@ fn memory_limit_rises_and_falls_at_run_time() {
     let last = write(16);
     assert_eq!(s.stats().segments_used, 3);
     newest_readable(&s, last, (mib / value.len()) as u32);
-    // Room for four times the starting limit, or 1024 segments.
+    // Room for the host's memory, four times the starting limit, or 1024 segments; not
+    // for a pebibyte.
     assert!(s.set_memory_limit(1024 * mib));
-    assert!(!s.set_memory_limit(1025 * mib));
+    assert!(!s.set_memory_limit(1 << 50));
     assert_eq!(s.stats().limit_maxbytes, 1024 << 20);
     // Writes take segments again, the retired ones included: 3 in use, plus about 17
     // for 16 MiB of values and their headers.
