@@ -286,6 +286,7 @@ impl Worker {
                 message_ends: None,
                 splices: None,
                 splice_min: usize::MAX,
+                fd: -1,
             },
         };
         self.udp[i].serve(&exec);
@@ -319,6 +320,7 @@ impl Worker {
                 } else {
                     usize::MAX
                 },
+                fd: client.stream.as_fd().as_raw_fd(),
             },
         };
         loop {

@@ -430,6 +430,7 @@ impl UringWorker {
                                 message_ends: None,
                                 splices: None,
                                 splice_min: usize::MAX,
+                                fd: -1,
                             },
                         };
                         if let Some(u) = udp.get_mut((token & !UDP_TOKEN) as usize) {
@@ -575,6 +576,7 @@ impl UringWorker {
                 } else {
                     usize::MAX
                 },
+                fd: c.fd.as_raw_fd(),
             },
         };
         if !drive_client(&mut self.ring, &exec, &mut self.ahead, c, self.draining) {

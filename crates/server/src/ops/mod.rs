@@ -18,6 +18,7 @@ pub mod item;
 pub mod modify;
 pub mod stats;
 pub mod store;
+pub mod watch;
 
 use storage::Store;
 
