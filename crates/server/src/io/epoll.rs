@@ -23,8 +23,8 @@ use crate::io::spin::AdaptiveSpin;
 use crate::io::tls::{self, Failure, TlsConn};
 use crate::io::udp::UdpEndpoint;
 use crate::io::worker::{
-    admit, clear_wake, conn_closing, conn_opened, grow_table, table_grew, BufferScan, IdleScan,
-    SCAN_PERIOD, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
+    admit, clear_wake, conn_closing, conn_opened, grow_table, listening_line, table_grew,
+    BufferScan, IdleScan, SCAN_PERIOD, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
 };
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
@@ -156,9 +156,11 @@ impl Worker {
         let now = self.shared.clock.now();
         for l in &self.listeners {
             self.shared.conns.listening(l, false, now);
+            listening_line(&self.shared, l, false);
         }
         for u in &self.udp {
             self.shared.conns.listening(&u.socket, true, now);
+            listening_line(&self.shared, &u.socket, true);
         }
         let mut events = Events::with_capacity(1024);
         let mut idle = IdleScan::new(&self.shared);

@@ -44,8 +44,8 @@ use crate::io::spin::AdaptiveSpin;
 use crate::io::tls::{Failure, TlsConn};
 use crate::io::udp::UdpEndpoint;
 use crate::io::worker::{
-    admit, clear_wake, conn_closing, conn_opened, grow_table, table_grew, BufferScan, IdleScan,
-    SCAN_PERIOD, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
+    admit, clear_wake, conn_closing, conn_opened, grow_table, listening_line, table_grew,
+    BufferScan, IdleScan, SCAN_PERIOD, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
 };
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
@@ -218,9 +218,11 @@ impl UringWorker {
         let now = self.shared.clock.now();
         for l in &self.listeners {
             self.shared.conns.listening(l, false, now);
+            listening_line(&self.shared, l, false);
         }
         for u in &self.udp {
             self.shared.conns.listening(&u.socket, true, now);
+            listening_line(&self.shared, &u.socket, true);
         }
         if self.shared.settings.verbose > 1 {
             eprintln!(
@@ -581,8 +583,7 @@ impl UringWorker {
         };
         if !drive_client(&mut self.ring, &exec, &mut self.ahead, c, self.draining) {
             // memcached's reasons: the peer's end of stream and `quit` are normal.
-            let reason = if c.broken || c.tls_failed.is_some() || !(c.eof || c.close_after_write)
-            {
+            let reason = if c.broken || c.tls_failed.is_some() || !(c.eof || c.close_after_write) {
                 CloseReason::Error
             } else {
                 CloseReason::Normal

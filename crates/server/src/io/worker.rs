@@ -194,10 +194,7 @@ pub(crate) fn conn_closing(
 /// longer names (reset) is 0.0.0.0:0.
 fn peer_of(
     socket: &impl std::os::fd::AsFd,
-) -> (
-    Option<std::net::SocketAddr>,
-    crate::admin::watch::Transport,
-) {
+) -> (Option<std::net::SocketAddr>, crate::admin::watch::Transport) {
     use crate::admin::watch::Transport;
     let sock = socket2::SockRef::from(socket);
     let local = sock.local_addr().ok();
@@ -210,4 +207,19 @@ fn peer_of(
         .and_then(|a| a.as_socket())
         .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
     (Some(peer), Transport::Tcp)
+}
+
+/// memcached's `-vv` line for a listening socket: `<FD server listening (PROTOCOL)`, or
+/// `(udp)`.
+pub(crate) fn listening_line(shared: &Shared, socket: &impl std::os::fd::AsFd, udp: bool) {
+    if shared.verbosity.load(Ordering::Relaxed) > 1 {
+        let fd = socket.as_fd().as_raw_fd();
+        let what = match (udp, shared.settings.binding) {
+            (true, _) => "udp",
+            (false, crate::config::Binding::Auto) => "auto-negotiate",
+            (false, crate::config::Binding::Ascii) => "ascii",
+            (false, crate::config::Binding::Binary) => "binary",
+        };
+        eprintln!("<{fd} server listening ({what})");
+    }
 }

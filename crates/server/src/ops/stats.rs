@@ -116,9 +116,18 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("crawler_reclaimed", crawler_reclaimed);
     o.num("crawler_items_checked", crawler_checked);
     let w = &shared.watch;
-    o.num("log_worker_dropped", w.worker_dropped.load(Ordering::Relaxed));
-    o.num("log_worker_written", w.worker_written.load(Ordering::Relaxed));
-    o.num("log_watcher_skipped", w.watcher_skipped.load(Ordering::Relaxed));
+    o.num(
+        "log_worker_dropped",
+        w.worker_dropped.load(Ordering::Relaxed),
+    );
+    o.num(
+        "log_worker_written",
+        w.worker_written.load(Ordering::Relaxed),
+    );
+    o.num(
+        "log_watcher_skipped",
+        w.watcher_skipped.load(Ordering::Relaxed),
+    );
     o.num("log_watcher_sent", w.watcher_sent.load(Ordering::Relaxed));
     o.num("log_watchers", w.attached.load(Ordering::Relaxed));
     if let Some(tls) = &shared.tls {

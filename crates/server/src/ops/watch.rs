@@ -90,6 +90,17 @@ impl Exec<'_> {
             StoreOutcome::NoMemory => StoreStatus::NoMemory,
         };
         // memcached: `exptime - current_time` as an unsigned relative time.
+        // memcached logs the item it linked: after an append or prepend, the whole
+        // new value (read back here).
+        let (flags, value_len) = match (mode, outcome) {
+            (StoreMode::Append | StoreMode::Prepend, StoreOutcome::Stored) => {
+                match self.store().get(key, now, |it| (it.flags, it.value.len())) {
+                    Lookup::Hit(seen) => seen,
+                    _ => (flags, value_len),
+                }
+            }
+            _ => (flags, value_len),
+        };
         let ttl = if exptime == 0 {
             0
         } else {

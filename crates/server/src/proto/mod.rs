@@ -24,5 +24,7 @@ pub enum Flow {
     Dump,
     /// `watch` accepted (a watcher slot reserved): the connection becomes a watcher
     /// of these streams.
-    Watch { streams: u16 },
+    Watch {
+        streams: u16,
+    },
 }

@@ -181,7 +181,11 @@ impl Exec<'_> {
             return None;
         }
         if !out.is_empty() {
-            reply(out, noreply, b"ERROR cannot pipeline other commands before watch\r\n");
+            reply(
+                out,
+                noreply,
+                b"ERROR cannot pipeline other commands before watch\r\n",
+            );
             return None;
         }
         let Some(streams) = streams else {
@@ -193,7 +197,11 @@ impl Exec<'_> {
             return None;
         }
         if !self.shared.watch.reserve() {
-            reply(out, noreply, b"WATCHER_TOO_MANY log watcher limit reached\r\n");
+            reply(
+                out,
+                noreply,
+                b"WATCHER_TOO_MANY log watcher limit reached\r\n",
+            );
             return None;
         }
         Some(Flow::Watch { streams: streams.0 })

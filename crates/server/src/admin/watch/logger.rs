@@ -155,13 +155,8 @@ impl Logger {
 
     /// Register the watchers the workers handed over, each starting with `OK`.
     fn take_new(&mut self) {
-        let new: Vec<_> = std::mem::take(
-            &mut *self
-                .watch
-                .pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
+        let new: Vec<_> =
+            std::mem::take(&mut *self.watch.pending.lock().unwrap_or_else(|e| e.into_inner()));
         if new.is_empty() {
             return;
         }
