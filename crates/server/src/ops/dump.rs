@@ -168,6 +168,7 @@ mod tests {
             time: 5,
             cas: 1,
             fetched: false,
+            class: 1,
         };
         let mut line = Vec::new();
         write_line(&mut line, &item(b"a%b", 1, 0), 1000, 1, 63);
