@@ -492,6 +492,30 @@ mod tests {
         parse_request(line.as_bytes())
     }
 
+    #[test]
+    fn watch_streams_parse_as_memcached() {
+        let streams = |line| match req(line) {
+            Request::Watch { streams, noreply } => (streams.map(|s| s.0), noreply),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(streams("watch"), (Some(WatchStreams::FETCHERS), false));
+        assert_eq!(
+            streams("watch mutations evictions connevents proxyreqs"),
+            (
+                Some(
+                    WatchStreams::MUTATIONS
+                        | WatchStreams::EVICTIONS
+                        | WatchStreams::CONNEVENTS
+                        | WatchStreams::PROXYREQS
+                ),
+                false
+            )
+        );
+        assert_eq!(streams("watch fetchers bogus"), (None, false));
+        // memcached reads `noreply`, then meets it as an unknown stream.
+        assert_eq!(streams("watch noreply"), (None, true));
+    }
+
     fn invalid_reply(line: &str) -> Option<(ErrorReply, bool)> {
         match req(line) {
             Request::Invalid { reply, noreply } => Some((reply, noreply)),
