@@ -106,15 +106,6 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
         shared.crawler.counters();
     o.num("lru_crawler_running", u8::from(crawler_running));
     o.num("lru_crawler_starts", crawler_starts);
-    o.num("bytes", store.bytes);
-    o.num("curr_items", store.curr_items);
-    o.num("total_items", store.total_items);
-    o.num("expired_unfetched", store.expired_unfetched);
-    o.num("evicted_unfetched", store.evicted_unfetched);
-    o.num("evictions", store.evictions);
-    o.num("reclaimed", store.reclaimed);
-    o.num("crawler_reclaimed", crawler_reclaimed);
-    o.num("crawler_items_checked", crawler_checked);
     let w = &shared.watch;
     o.num(
         "log_worker_dropped",
@@ -130,6 +121,15 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     );
     o.num("log_watcher_sent", w.watcher_sent.load(Ordering::Relaxed));
     o.num("log_watchers", w.attached.load(Ordering::Relaxed));
+    o.num("bytes", store.bytes);
+    o.num("curr_items", store.curr_items);
+    o.num("total_items", store.total_items);
+    o.num("expired_unfetched", store.expired_unfetched);
+    o.num("evicted_unfetched", store.evicted_unfetched);
+    o.num("evictions", store.evictions);
+    o.num("reclaimed", store.reclaimed);
+    o.num("crawler_reclaimed", crawler_reclaimed);
+    o.num("crawler_items_checked", crawler_checked);
     if let Some(tls) = &shared.tls {
         if tls.options().session_cache {
             o.num("ssl_new_sessions", tls.new_sessions());
