@@ -319,6 +319,45 @@ pub enum Request<'a> {
     },
     /// memcached closes connections that look like HTTP requests.
     Close,
+    /// `watch [stream ...]`: turn the connection into a log watcher. `streams` is
+    /// `None` when a name is not one memcached knows (it answers `ERROR`).
+    Watch {
+        streams: Option<WatchStreams>,
+        noreply: bool,
+    },
+}
+
+/// The log streams a `watch` asks for, as memcached's `LOG_*` bits (logger.h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatchStreams(pub u16);
+
+impl WatchStreams {
+    pub const SYSEVENTS: u16 = 1 << 1;
+    pub const FETCHERS: u16 = 1 << 2;
+    pub const MUTATIONS: u16 = 1 << 3;
+    pub const CONNEVENTS: u16 = 1 << 5;
+    pub const EVICTIONS: u16 = 1 << 6;
+    pub const RAWCMDS: u16 = 1 << 9;
+    pub const PROXYREQS: u16 = 1 << 10;
+    pub const PROXYEVENTS: u16 = 1 << 11;
+    pub const PROXYUSER: u16 = 1 << 12;
+
+    /// The bit of a stream name, as `process_watch_command` knows them.
+    #[must_use]
+    pub fn bit(name: &[u8]) -> Option<u16> {
+        Some(match name {
+            b"rawcmds" => Self::RAWCMDS,
+            b"evictions" => Self::EVICTIONS,
+            b"fetchers" => Self::FETCHERS,
+            b"mutations" => Self::MUTATIONS,
+            b"sysevents" => Self::SYSEVENTS,
+            b"connevents" => Self::CONNEVENTS,
+            b"proxyreqs" => Self::PROXYREQS,
+            b"proxyevents" => Self::PROXYEVENTS,
+            b"proxyuser" => Self::PROXYUSER,
+            _ => return None,
+        })
+    }
 }
 
 /// Which items `lru_crawler metadump` lists: those whose memcached slab class (1 to 63)

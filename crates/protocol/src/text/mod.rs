@@ -33,5 +33,5 @@ pub use parse::parse_request;
 pub use crate::lex::{safe_strtod, safe_strtol, safe_strtoul, safe_strtoull, Tokens, MAX_TOKENS};
 pub use crate::request::{
     Cachedump, CrawlTarget, CrawlerCommand, DetailOp, DumpClasses, ErrorReply, GetCommand, Keys,
-    Request, StatsGroup, StoreCommand, TuneCommand, MAX_KEY_LEN,
+    Request, StatsGroup, StoreCommand, TuneCommand, WatchStreams, MAX_KEY_LEN,
 };

@@ -5,7 +5,7 @@ use crate::lex::{safe_strtod, safe_strtol, safe_strtoul, safe_strtoull, Tokens};
 use crate::meta::parse_meta;
 use crate::request::{
     Cachedump, CrawlTarget, CrawlerCommand, DetailOp, DumpClasses, ErrorReply, GetCommand, Keys,
-    MetaCommand, Request, StatsGroup, StoreCommand, TuneCommand, MAX_KEY_LEN,
+    MetaCommand, Request, StatsGroup, StoreCommand, TuneCommand, WatchStreams, MAX_KEY_LEN,
 };
 
 /// memcached's class list: `all`, `hash`, or class ids joined by commas (empty items
@@ -90,6 +90,7 @@ pub fn parse_request(line: &[u8]) -> Request<'_> {
         (11, b"lru_crawler") => parse_lru_crawler(&t),
         (5, b"slabs") => parse_slabs(&t),
         (3, b"lru") => parse_lru(&t),
+        (5, b"watch") => parse_watch(&t),
         _ => {
             if t.get(t.len() - 1).starts_with(b"HTTP/") {
                 Request::Close
@@ -311,6 +312,35 @@ fn parse_verbosity<'a>(t: &Tokens<'a>) -> Request<'a> {
     }
 }
 
+/// `watch [stream ...]`: no stream names means `fetchers`; `noreply` is read as
+/// memcached reads it, and then met as an unknown stream name (whose `ERROR` it
+/// suppresses).
+fn parse_watch<'a>(t: &Tokens<'a>) -> Request<'a> {
+    let noreply = t.last_is_noreply();
+    if t.len() < 2 {
+        return Request::Watch {
+            streams: Some(WatchStreams(WatchStreams::FETCHERS)),
+            noreply,
+        };
+    }
+    let mut bits = 0;
+    for i in 1..t.len() {
+        match WatchStreams::bit(t.get(i)) {
+            Some(b) => bits |= b,
+            None => {
+                return Request::Watch {
+                    streams: None,
+                    noreply,
+                }
+            }
+        }
+    }
+    Request::Watch {
+        streams: Some(WatchStreams(bits)),
+        noreply,
+    }
+}
+
 fn parse_memlimit<'a>(t: &Tokens<'a>) -> Request<'a> {
     let ntokens = t.len() + 1;
     if ntokens != 3 && ntokens != 4 {
@@ -465,6 +495,30 @@ mod tests {
 
     fn req(line: &str) -> Request<'_> {
         parse_request(line.as_bytes())
+    }
+
+    #[test]
+    fn watch_streams_parse_as_memcached() {
+        let streams = |line| match req(line) {
+            Request::Watch { streams, noreply } => (streams.map(|s| s.0), noreply),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(streams("watch"), (Some(WatchStreams::FETCHERS), false));
+        assert_eq!(
+            streams("watch mutations evictions connevents proxyreqs"),
+            (
+                Some(
+                    WatchStreams::MUTATIONS
+                        | WatchStreams::EVICTIONS
+                        | WatchStreams::CONNEVENTS
+                        | WatchStreams::PROXYREQS
+                ),
+                false
+            )
+        );
+        assert_eq!(streams("watch fetchers bogus"), (None, false));
+        // memcached reads `noreply`, then meets it as an unknown stream.
+        assert_eq!(streams("watch noreply"), (None, true));
     }
 
     fn invalid_reply(line: &str) -> Option<(ErrorReply, bool)> {

@@ -16,14 +16,15 @@ use anyhow::{Context, Result};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
+use crate::admin::watch::CloseReason;
 use crate::config::IoBackend;
 use crate::io::net::{Listener, Stream};
 use crate::io::spin::AdaptiveSpin;
 use crate::io::tls::{self, Failure, TlsConn};
 use crate::io::udp::UdpEndpoint;
 use crate::io::worker::{
-    admit, clear_wake, grow_table, table_grew, BufferScan, IdleScan, SCAN_PERIOD,
-    SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
+    admit, clear_wake, conn_closing, conn_opened, grow_table, listening_line, table_grew,
+    BufferScan, IdleScan, SCAN_PERIOD, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
 };
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
@@ -155,9 +156,11 @@ impl Worker {
         let now = self.shared.clock.now();
         for l in &self.listeners {
             self.shared.conns.listening(l, false, now);
+            listening_line(&self.shared, l, false);
         }
         for u in &self.udp {
             self.shared.conns.listening(&u.socket, true, now);
+            listening_line(&self.shared, &u.socket, true);
         }
         let mut events = Events::with_capacity(1024);
         let mut idle = IdleScan::new(&self.shared);
@@ -191,7 +194,7 @@ impl Worker {
                 self.drive(idx);
             }
             for idx in idle.due(&self.shared, &self.clients, |c| c.entry.last_input()) {
-                self.close(idx);
+                self.close(idx, CloseReason::IdleTimeout);
             }
             if let Some(now) = buffer_scan.due(&self.shared) {
                 for c in self.clients.iter_mut().flatten() {
@@ -262,6 +265,7 @@ impl Worker {
                 _ => None,
             };
             let entry = self.shared.conns.accepted(&stream, now);
+            conn_opened(&self.shared, &stream);
             let mut conn = Conn::new();
             conn.set_fd(stream.as_fd().as_raw_fd());
             self.clients[idx] = Some(Client {
@@ -284,13 +288,15 @@ impl Worker {
                 message_ends: None,
                 splices: None,
                 splice_min: usize::MAX,
+                fd: -1,
             },
         };
         self.udp[i].serve(&exec);
     }
 
-    fn close(&mut self, idx: usize) {
+    fn close(&mut self, idx: usize, reason: CloseReason) {
         if let Some(mut client) = self.clients[idx].take() {
+            conn_closing(&self.shared, &client.stream, reason);
             let _ = self.poll.registry().deregister(&mut client.stream);
             self.shared.conns.closed(client.stream.as_fd().as_raw_fd());
             self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
@@ -316,6 +322,7 @@ impl Worker {
                 } else {
                     usize::MAX
                 },
+                fd: client.stream.as_fd().as_raw_fd(),
             },
         };
         loop {
@@ -336,7 +343,7 @@ impl Worker {
                             if failure == Failure::Alert {
                                 let _ = t.send(&mut client.stream);
                             }
-                            self.close(idx);
+                            self.close(idx, CloseReason::Error);
                             return;
                         }
                     }
@@ -350,8 +357,20 @@ impl Worker {
                 if let Some(splices) = &self.splices {
                     splices.borrow_mut().release(&self.shared.store);
                 }
-                self.close(idx);
+                self.close(idx, CloseReason::Error);
                 return;
+            }
+            if let Status::Watch { streams } = status {
+                if client.tls.is_none() {
+                    self.hand_to_logger(idx, streams);
+                    return;
+                }
+                // The logger writes plain sockets only: a TLS connection is refused
+                // and stays an ordinary connection.
+                self.shared.watch.release();
+                client
+                    .conn
+                    .refuse_watch(b"ERROR watch is not supported over TLS\r\n");
             }
             if let Some(splices) = self.splices.as_ref().filter(|s| !s.borrow().is_empty()) {
                 // Large values go in place: one vectored send per socket-full, then
@@ -366,7 +385,7 @@ impl Worker {
                     Ok(n) => bump(&self.stats.bytes_written, n as u64),
                     Err(_) => {
                         drop(splices);
-                        self.close(idx);
+                        self.close(idx, CloseReason::Error);
                         return;
                     }
                 }
@@ -382,7 +401,7 @@ impl Worker {
                     let sealed = t.seal(&mut client.conn);
                     bump(&self.stats.bytes_written, sealed as u64);
                     if t.send(&mut client.stream).is_err() {
-                        self.close(idx);
+                        self.close(idx, CloseReason::Error);
                         return;
                     }
                     if t.wants_write() || client.conn.output().is_empty() || sealed == 0 {
@@ -404,7 +423,7 @@ impl Worker {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(_) => {
-                        self.close(idx);
+                        self.close(idx, CloseReason::Error);
                         return;
                     }
                 }
@@ -413,7 +432,7 @@ impl Worker {
                 || client.tls.as_ref().is_some_and(|t| t.wants_write());
             if eof || (status == Status::CloseAfterWrite && !pending) {
                 // On EOF memcached closes too, dropping replies it could not write.
-                self.close(idx);
+                self.close(idx, CloseReason::Normal);
                 return;
             }
             if pending != client.want_write {
@@ -428,7 +447,7 @@ impl Worker {
                     .reregister(&mut client.stream, Token(idx), interest)
                     .is_err()
                 {
-                    self.close(idx);
+                    self.close(idx, CloseReason::Error);
                     return;
                 }
                 client.want_write = pending;
@@ -464,9 +483,28 @@ impl Worker {
                 if let Some(tls) = &self.shared.tls {
                     tls.handshake_errors.fetch_add(1, Ordering::Relaxed);
                 }
-                self.close(idx);
+                self.close(idx, CloseReason::Error);
             }
         }
+    }
+
+    /// `watch`: the connection leaves this worker for the logger thread, which owns
+    /// its socket from now on (memcached's `event_del` and `logger_add_watcher`). The
+    /// worker keeps no part of it, so no watcher can slow it down; the logger writes to
+    /// it without blocking and drops it when it closes. It counts as closed here
+    /// (`curr_connections`, `stats conns`).
+    fn hand_to_logger(&mut self, idx: usize, streams: u16) {
+        let Some(mut client) = self.clients[idx].take() else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut client.stream);
+        let fd = client.stream.as_fd().as_raw_fd();
+        self.shared.conns.closed(fd);
+        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        self.free.push(idx);
+        self.shared
+            .watch
+            .attach(client.stream.into_owned_fd(), streams);
     }
 
     /// Stop accepting, give every client its pending replies, close all.
@@ -489,7 +527,7 @@ impl Worker {
                         .write_all_blocking(out, SHUTDOWN_WRITE_TIMEOUT);
                 }
             }
-            self.close(idx);
+            self.close(idx, CloseReason::Shutdown);
         }
     }
 }

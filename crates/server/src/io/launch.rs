@@ -242,6 +242,8 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
             .name("maintenance".into())
             .spawn(move || maintenance_loop(&shared))?
     };
+    // `watch`'s logger thread: runs until exit, idle while nobody watches.
+    crate::admin::watch::logger::spawn(shared.watch.clone())?;
     let crawler = {
         let shared = shared.clone();
         std::thread::Builder::new()

@@ -182,6 +182,14 @@ impl std::os::fd::AsFd for Stream {
 }
 
 impl Stream {
+    /// The socket itself, for the logger thread (`watch`): still non-blocking.
+    pub fn into_owned_fd(self) -> std::os::fd::OwnedFd {
+        match self {
+            Stream::Tcp(s) => s.into(),
+            Stream::Unix(s) => s.into(),
+        }
+    }
+
     #[inline]
     fn raw_fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;

@@ -226,6 +226,7 @@ fn answer(
             message_ends: Some(message_ends),
             splices: None,
             splice_min: usize::MAX,
+            fd: exec.sink.fd,
         },
     };
     loop {

@@ -37,14 +37,15 @@ use std::time::{Duration, Instant};
 use ring::{Config, Event, Ring};
 use socket2::SockRef;
 
+use crate::admin::watch::CloseReason;
 use crate::config::IoBackend;
 use crate::io::net::Listener;
 use crate::io::spin::AdaptiveSpin;
 use crate::io::tls::{Failure, TlsConn};
 use crate::io::udp::UdpEndpoint;
 use crate::io::worker::{
-    admit, clear_wake, grow_table, table_grew, BufferScan, IdleScan, SCAN_PERIOD,
-    SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
+    admit, clear_wake, conn_closing, conn_opened, grow_table, listening_line, table_grew,
+    BufferScan, IdleScan, SCAN_PERIOD, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
 };
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
@@ -126,6 +127,9 @@ struct Client {
     tls: Option<Box<TlsConn>>,
     /// Its session failed on received bytes; handled when the connection is driven.
     tls_failed: Option<Failure>,
+    /// `watch` accepted for these streams: once the receive is cancelled and no send
+    /// is in flight, the socket goes to the logger thread.
+    watching: Option<u16>,
 }
 
 impl Client {
@@ -214,9 +218,11 @@ impl UringWorker {
         let now = self.shared.clock.now();
         for l in &self.listeners {
             self.shared.conns.listening(l, false, now);
+            listening_line(&self.shared, l, false);
         }
         for u in &self.udp {
             self.shared.conns.listening(&u.socket, true, now);
+            listening_line(&self.shared, &u.socket, true);
         }
         if self.shared.settings.verbose > 1 {
             eprintln!(
@@ -276,7 +282,7 @@ impl UringWorker {
             self.setup_accepted();
             self.drive_dirty();
             for idx in idle.due(&self.shared, &self.clients, |c| c.entry.last_input()) {
-                self.close(idx);
+                self.close(idx, CloseReason::IdleTimeout);
             }
             if let Some(now) = buffer_scan.due(&self.shared) {
                 for c in self.clients.iter_mut().flatten() {
@@ -426,6 +432,7 @@ impl UringWorker {
                                 message_ends: None,
                                 splices: None,
                                 splice_min: usize::MAX,
+                                fd: -1,
                             },
                         };
                         if let Some(u) = udp.get_mut((token & !UDP_TOKEN) as usize) {
@@ -514,6 +521,7 @@ impl UringWorker {
             let token = u64::from(self.generations[idx]) << SLOT_BITS | idx as u64;
             self.ring.recv_multi(fd.as_raw_fd(), token);
             let entry = self.shared.conns.accepted(&fd, now);
+            conn_opened(&self.shared, &fd);
             let mut conn = Conn::new();
             conn.set_fd(fd.as_raw_fd());
             self.clients[idx] = Some(Client {
@@ -531,6 +539,7 @@ impl UringWorker {
                 queued: false,
                 tls,
                 tls_failed: None,
+                watching: None,
             });
         }
     }
@@ -569,17 +578,53 @@ impl UringWorker {
                 } else {
                     usize::MAX
                 },
+                fd: c.fd.as_raw_fd(),
             },
         };
         if !drive_client(&mut self.ring, &exec, &mut self.ahead, c, self.draining) {
-            self.close(idx);
+            // memcached's reasons: the peer's end of stream and `quit` are normal.
+            let reason = if c.broken || c.tls_failed.is_some() || !(c.eof || c.close_after_write) {
+                CloseReason::Error
+            } else {
+                CloseReason::Normal
+            };
+            self.close(idx, reason);
+            return;
+        }
+        if let Some(streams) = c.watching {
+            if !c.recv_armed && !c.send_in_flight() && !self.draining {
+                self.hand_to_logger(idx, streams);
+            }
         }
     }
 
-    fn close(&mut self, idx: usize) {
+    /// `watch`: the connection leaves this worker for the logger thread, which owns
+    /// its socket from now on (memcached's `event_del` and `logger_add_watcher`). Its
+    /// multishot receive was cancelled and its last send completed first, so no
+    /// completion of this ring names the socket any more. The worker keeps no part of
+    /// it, so no watcher can slow it down; the logger writes to it without blocking
+    /// and drops it when it closes. It counts as closed here (`curr_connections`,
+    /// `stats conns`).
+    fn hand_to_logger(&mut self, idx: usize, streams: u16) {
         let Some(c) = self.clients[idx].take() else {
             return;
         };
+        self.shared.conns.closed(c.fd.as_raw_fd());
+        self.generations[idx] = (self.generations[idx] + 1) & GENERATION_MASK;
+        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        self.free.push(idx);
+        self.shared.watch.attach(c.fd, streams);
+    }
+
+    fn close(&mut self, idx: usize, reason: CloseReason) {
+        let Some(c) = self.clients[idx].take() else {
+            return;
+        };
+        if c.watching.is_some() {
+            // Promised a watcher slot it never took.
+            self.shared.watch.release();
+        }
+        conn_closing(&self.shared, &c.fd, reason);
         // Entries already queued may name this descriptor: they go to the
         // kernel before the number can be reused.
         let _ = self.ring.submit();
@@ -608,7 +653,7 @@ impl UringWorker {
             }
         }
         for idx in expired {
-            self.close(idx);
+            self.close(idx, CloseReason::Error);
         }
     }
 
@@ -644,7 +689,7 @@ impl UringWorker {
             self.reap();
         }
         for idx in 0..self.clients.len() {
-            self.close(idx);
+            self.close(idx, CloseReason::Shutdown);
         }
         // Sockets accepted in the last turn were never served.
         self.accepted.clear();
@@ -661,6 +706,10 @@ fn drive_client(
 ) -> bool {
     if c.broken {
         return false;
+    }
+    if c.watching.is_some() {
+        // Waiting for the cancelled receive and the last send: nothing more runs.
+        return true;
     }
     match c.tls_failed {
         Some(Failure::NotTls) => return false,
@@ -694,6 +743,21 @@ fn drive_client(
                     splices.borrow_mut().release(&exec.shared.store);
                 }
                 return false;
+            }
+            if let Status::Watch { streams } = status {
+                if c.tls.is_none() {
+                    c.watching = Some(streams);
+                    if c.recv_armed && !c.cancelling {
+                        ring.cancel_recv(c.token);
+                        c.cancelling = true;
+                    }
+                    return true;
+                }
+                // The logger writes plain sockets only: a TLS connection is refused
+                // and stays an ordinary connection.
+                exec.shared.watch.release();
+                c.conn
+                    .refuse_watch(b"ERROR watch is not supported over TLS\r\n");
             }
             let Some(sent) = send_spliced(exec, c) else {
                 return false;

@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -135,3 +136,90 @@ impl BufferScan {
 
 /// How long a worker may wait for events: a second, for the scans above.
 pub(crate) const SCAN_PERIOD: Duration = Duration::from_secs(1);
+
+/// A connection opened: memcached's `type=conn_new` log line (when a watcher wants
+/// connevents) and its `-vv` line, which names the `-B` protocol.
+pub(crate) fn conn_opened(shared: &Shared, socket: &impl std::os::fd::AsFd) {
+    use crate::admin::watch::{Event, Streams};
+    let fd = socket.as_fd().as_raw_fd();
+    if shared.watch.wants(Streams::CONNEVENTS) {
+        let (peer, transport) = peer_of(socket);
+        shared.watch.log(
+            b"",
+            Event::ConnNew {
+                peer,
+                transport,
+                cfd: fd,
+            },
+        );
+    }
+    if shared.verbosity.load(Ordering::Relaxed) > 1 {
+        let kind = match shared.settings.binding {
+            crate::config::Binding::Auto => "auto-negotiating client connection",
+            crate::config::Binding::Ascii => "ascii client connection.",
+            crate::config::Binding::Binary => "binary client connection.",
+        };
+        eprintln!("<{fd} new {kind}");
+    }
+}
+
+/// A connection closing (before its socket is): memcached's `type=conn_close` line
+/// with `reason`, and its `-vv` line.
+pub(crate) fn conn_closing(
+    shared: &Shared,
+    socket: &impl std::os::fd::AsFd,
+    reason: crate::admin::watch::CloseReason,
+) {
+    use crate::admin::watch::{Event, Streams};
+    let fd = socket.as_fd().as_raw_fd();
+    if shared.watch.wants(Streams::CONNEVENTS) {
+        let (peer, transport) = peer_of(socket);
+        shared.watch.log(
+            b"",
+            Event::ConnClose {
+                peer,
+                transport,
+                reason,
+                cfd: fd,
+            },
+        );
+    }
+    if shared.verbosity.load(Ordering::Relaxed) > 1 {
+        eprintln!("<{fd} connection closed.");
+    }
+}
+
+/// The peer's address and transport, as memcached's log lines give them: a UNIX
+/// socket's client has none (`rip=unix`, transport `local`); a TCP peer the kernel no
+/// longer names (reset) is 0.0.0.0:0.
+fn peer_of(
+    socket: &impl std::os::fd::AsFd,
+) -> (Option<std::net::SocketAddr>, crate::admin::watch::Transport) {
+    use crate::admin::watch::Transport;
+    let sock = socket2::SockRef::from(socket);
+    let local = sock.local_addr().ok();
+    if local.as_ref().is_some_and(|a| a.as_socket().is_none()) {
+        return (None, Transport::Local);
+    }
+    let peer = sock
+        .peer_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+    (Some(peer), Transport::Tcp)
+}
+
+/// memcached's `-vv` line for a listening socket: `<FD server listening (PROTOCOL)`, or
+/// `(udp)`.
+pub(crate) fn listening_line(shared: &Shared, socket: &impl std::os::fd::AsFd, udp: bool) {
+    if shared.verbosity.load(Ordering::Relaxed) > 1 {
+        let fd = socket.as_fd().as_raw_fd();
+        let what = match (udp, shared.settings.binding) {
+            (true, _) => "udp",
+            (false, crate::config::Binding::Auto) => "auto-negotiate",
+            (false, crate::config::Binding::Ascii) => "ascii",
+            (false, crate::config::Binding::Binary) => "binary",
+        };
+        eprintln!("<{fd} server listening ({what})");
+    }
+}

@@ -56,6 +56,7 @@ impl<'a> Exec<'a> {
         now: RelTime,
         visit: V,
     ) -> Lookup<V::Output> {
+        self.watch_fetch(key, now);
         match touch {
             Some(exptime) => self
                 .store()
@@ -73,6 +74,7 @@ impl<'a> Exec<'a> {
         now: RelTime,
         f: impl FnOnce(storage::ItemRef<'_>) -> R,
     ) -> Lookup<R> {
+        self.watch_fetch(key, now);
         match touch {
             Some(exptime) => self.store().get_and_touch(key, exptime, now, f),
             None => self.store().get(key, now, f),
@@ -127,6 +129,7 @@ impl<'a> Exec<'a> {
         now: RelTime,
         f: impl FnOnce(&mut ItemMut<'_>, bool) -> R,
     ) -> (Lookup<()>, Option<R>) {
+        self.watch_fetch(key, now);
         self.store().meta_get(key, vivify, now, f)
     }
 

@@ -20,6 +20,7 @@ pub mod modify;
 pub mod slabs;
 pub mod stats;
 pub mod store;
+pub mod watch;
 
 use storage::Store;
 

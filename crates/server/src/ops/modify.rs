@@ -22,6 +22,7 @@ impl Exec<'_> {
     /// `delete`: unlink the live item under `key`; false if there was none.
     pub fn delete(&self, key: &[u8]) -> bool {
         self.record(key, Event::Delete);
+        self.watch_fetch(key, self.now());
         let deleted = self.store().delete(key, self.now());
         self.count_delete(deleted);
         deleted
@@ -68,6 +69,7 @@ impl Exec<'_> {
     /// `touch`: set a live item's exptime; false if there is none.
     pub fn touch(&self, key: &[u8], exptime: RelTime) -> bool {
         bump(&self.stats.cmd_touch, 1);
+        self.watch_fetch(key, self.now());
         let touched = self.store().touch(key, exptime, self.now());
         bump(
             if touched {
@@ -94,6 +96,7 @@ impl Exec<'_> {
         ttl: Option<RelTime>,
         count_miss: bool,
     ) -> MetaArith {
+        self.watch_fetch(key, self.now());
         let result = self
             .store()
             .meta_incr_decr(key, delta, incr, want_cas, ttl, self.now());

@@ -34,20 +34,6 @@ impl Out<'_> {
     }
 }
 
-/// memcached's `log_*` counters of the watchers' logger.
-#[derive(Default)]
-struct LogCounters {
-    worker_dropped: u64,
-    worker_written: u64,
-    watcher_skipped: u64,
-    watcher_sent: u64,
-    watchers: u64,
-}
-
-fn log_counters(_shared: &Shared) -> LogCounters {
-    LogCounters::default()
-}
-
 /// Descriptors the process holds besides its client connections (listeners, event
 /// queues, files): what memcached's `reserved_fds` keeps aside for them.
 fn reserved_fds(connections: usize) -> usize {
@@ -180,12 +166,21 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     // Item memory comes in whole segments taken at start-up or on first use; no
     // allocation on the request path can fail.
     o.num("malloc_fails", 0u32);
-    let log = log_counters(shared);
-    o.num("log_worker_dropped", log.worker_dropped);
-    o.num("log_worker_written", log.worker_written);
-    o.num("log_watcher_skipped", log.watcher_skipped);
-    o.num("log_watcher_sent", log.watcher_sent);
-    o.num("log_watchers", log.watchers);
+    let w = &shared.watch;
+    o.num(
+        "log_worker_dropped",
+        w.worker_dropped.load(Ordering::Relaxed),
+    );
+    o.num(
+        "log_worker_written",
+        w.worker_written.load(Ordering::Relaxed),
+    );
+    o.num(
+        "log_watcher_skipped",
+        w.watcher_skipped.load(Ordering::Relaxed),
+    );
+    o.num("log_watcher_sent", w.watcher_sent.load(Ordering::Relaxed));
+    o.num("log_watchers", w.attached.load(Ordering::Relaxed));
     if let Some(tls) = &shared.tls {
         if tls.options().session_cache {
             o.num("ssl_new_sessions", tls.new_sessions());

@@ -15,6 +15,7 @@
 use storage::{KeyHash, MetaStore, Peeked, RelTime, StoreMode, StoreOutcome};
 
 use super::Exec;
+use crate::admin::watch::Streams;
 
 /// What memcached does besides answering when it refuses a value too large to store,
 /// before reading it. Its protocols differ: text counts it in `store_too_large`, records
@@ -78,6 +79,10 @@ impl Exec<'_> {
         unlink_old: bool,
     ) -> (StoreOutcome, u64) {
         let now = self.now();
+        let watching = self.watching(Streams::FETCHERS | Streams::MUTATIONS);
+        if watching {
+            self.watch_fetch(key, now);
+        }
         let done = if self.shared.settings.null_store.is_some() {
             (StoreOutcome::Stored, 0)
         } else {
@@ -91,6 +96,9 @@ impl Exec<'_> {
             unlink_old,
             now,
         );
+        if watching {
+            self.log_store(mode, key, flags, exptime, value.len(), done.0, now);
+        }
         done
     }
 
@@ -98,6 +106,10 @@ impl Exec<'_> {
     /// base64 key), and count the outcome. Returns the outcome and the new CAS id.
     pub fn store_checked(&self, req: MetaStore<'_>, unlink_old: bool) -> (StoreOutcome, u64) {
         let now = self.now();
+        let watching = self.watching(Streams::FETCHERS | Streams::MUTATIONS);
+        if watching {
+            self.watch_fetch(req.key, now);
+        }
         let done = self.store().meta_store(req, now);
         self.count_store(
             done.0,
@@ -106,6 +118,10 @@ impl Exec<'_> {
             unlink_old,
             now,
         );
+        if watching {
+            let (m, k, f, e, v) = (req.mode, req.key, req.flags, req.exptime, req.value.len());
+            self.log_store(m, k, f, e, v, done.0, now);
+        }
         done
     }
 

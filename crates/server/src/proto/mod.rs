@@ -22,4 +22,9 @@ pub enum Flow {
     /// reading the classes from the line again. No payload, so that a `Flow` stays
     /// one byte in a register on every request.
     Dump,
+    /// `watch` accepted (a watcher slot reserved): the connection becomes a watcher
+    /// of these streams.
+    Watch {
+        streams: u16,
+    },
 }

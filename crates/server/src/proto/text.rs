@@ -144,6 +144,11 @@ impl Exec<'_> {
             }
             Request::Invalid { reply: r, noreply } => reply(out, noreply, r.bytes()),
             Request::Close => return Flow::Close,
+            Request::Watch { streams, noreply } => {
+                if let Some(flow) = self.watch_command(streams, noreply, out) {
+                    return flow;
+                }
+            }
             Request::MetaDump(classes) => {
                 if self.admit_dump(classes, out) {
                     return Flow::Dump;
@@ -157,6 +162,49 @@ impl Exec<'_> {
             }
         }
         Flow::Continue
+    }
+
+    /// `watch`, as memcached's `process_watch_command`: refused with `-W`, after other
+    /// replies in the same batch, for a stream name it does not know, and past 20
+    /// watchers; otherwise the connection becomes a watcher (`OK` comes from the
+    /// logger thread, first on its stream).
+    #[cold]
+    #[inline(never)]
+    fn watch_command(
+        &self,
+        streams: Option<protocol::text::WatchStreams>,
+        noreply: bool,
+        out: &mut Vec<u8>,
+    ) -> Option<Flow> {
+        if !self.shared.settings.watch_enabled {
+            reply(out, noreply, b"CLIENT_ERROR watch commands not allowed\r\n");
+            return None;
+        }
+        if !out.is_empty() {
+            reply(
+                out,
+                noreply,
+                b"ERROR cannot pipeline other commands before watch\r\n",
+            );
+            return None;
+        }
+        let Some(streams) = streams else {
+            reply(out, noreply, b"ERROR\r\n");
+            return None;
+        };
+        if self.sink.is_datagram() {
+            out.extend_from_slice(b"ERROR\r\n");
+            return None;
+        }
+        if !self.shared.watch.reserve() {
+            reply(
+                out,
+                noreply,
+                b"WATCHER_TOO_MANY log watcher limit reached\r\n",
+            );
+            return None;
+        }
+        Some(Flow::Watch { streams: streams.0 })
     }
 
     /// `lru_crawler metadump`: whether to run it, having written why not otherwise:

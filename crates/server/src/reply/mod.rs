@@ -32,6 +32,8 @@ pub struct Sink<'a> {
     /// Get values at least this long are spliced (`--zero-copy-min`);
     /// `usize::MAX` without `splices`.
     pub splice_min: usize,
+    /// The connection's socket, for the `cfd=` of `watch`'s log lines (-1: none).
+    pub fd: i32,
 }
 
 impl Sink<'_> {
@@ -40,6 +42,7 @@ impl Sink<'_> {
         message_ends: None,
         splices: None,
         splice_min: usize::MAX,
+        fd: -1,
     };
 
     /// Mark the end of a UDP response message at `at` (nothing over a stream).

@@ -8,7 +8,13 @@ use anyhow::{Context, Result};
 use storage::Store;
 
 use crate::admin::{
-    auth::AuthFile, conns::ConnRegistry, crawler, prefix::PrefixStats, sasl::Sasl, tls::Tls,
+    auth::AuthFile,
+    conns::ConnRegistry,
+    crawler,
+    prefix::PrefixStats,
+    sasl::Sasl,
+    tls::Tls,
+    watch::{EvictionLog, Watch},
 };
 use crate::clock::Clock;
 use crate::config::Settings;
@@ -43,6 +49,9 @@ pub struct Shared {
     pub conns: ConnRegistry,
     /// `-Z`: the TLS configuration and its counters (`admin/tls.rs`).
     pub tls: Option<Tls>,
+    /// `watch`: the log streams, fed by the event sites, drained by the logger thread
+    /// (`admin/watch`); also the store's eviction sink.
+    pub watch: Arc<Watch>,
     /// One counter block per worker, in worker order (the registry sums them).
     workers: Vec<Arc<WorkerStats>>,
 }
@@ -64,6 +73,19 @@ impl Shared {
             None => None,
         };
         let clock = Clock::new();
+        let watch = Arc::new(Watch::new(&settings.extended));
+        let started = clock.process_started();
+        store.set_eviction_sink(Arc::new(EvictionLog {
+            watch: watch.clone(),
+            // The server clock, read from the wall clock: the store does not hand its
+            // `now` to the sink.
+            now: Box::new(move || {
+                let unix = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                (unix - started).max(0) as u32
+            }),
+        }));
         let tls = Tls::new(&settings.tls, clock.now()).map_err(anyhow::Error::msg)?;
         let workers: Vec<Arc<WorkerStats>> = (0..settings.threads.max(1))
             .map(|_| Arc::new(WorkerStats::default()))
@@ -87,6 +109,7 @@ impl Shared {
                 crawler::Tunables::from_options(&settings.extended).map_err(anyhow::Error::msg)?,
             ),
             conns: ConnRegistry::default(),
+            watch,
             settings,
             workers,
         })

@@ -478,6 +478,14 @@ impl Store {
         self.item_overhead + klen + vlen + if has_flags { 4 } else { 0 }
     }
 
+    /// memcached's slab class of an item of this key length, value length and flags:
+    /// the `clsid=` of `watch`'s log lines.
+    #[must_use]
+    pub fn memcached_class(&self, klen: usize, vlen: usize, flags: u32) -> usize {
+        self.classes
+            .class_of(self.memcached_total(klen, vlen, flags != 0))
+    }
+
     /// The slab classes items are counted by.
     pub fn slab_classes(&self) -> &crate::SlabClasses {
         &self.classes

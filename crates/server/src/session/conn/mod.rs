@@ -61,6 +61,9 @@ enum State {
     CloseAfterWrite,
     /// Close now; nothing more is written.
     Closed,
+    /// `watch` accepted: the backend hands the socket to the logger thread, which
+    /// writes `OK` and the log lines from now on (memcached's `conn_watch`).
+    Watch { streams: u16 },
 }
 
 /// Which protocol a connection speaks, decided by its first byte as
@@ -83,6 +86,9 @@ pub enum Status {
     CloseAfterWrite,
     /// Close without writing more.
     Close,
+    /// Hand the socket to the logger thread as a watcher of `streams` (a slot is
+    /// reserved: `Watch::attach` it or `Watch::release` the slot).
+    Watch { streams: u16 },
 }
 
 /// One client connection's protocol state and buffers.
@@ -284,6 +290,15 @@ impl Conn {
         &self.wbuf[self.wpos..]
     }
 
+    /// A `watch` the backend cannot honour (over TLS): the connection stays an
+    /// ordinary one and answers `line` instead.
+    pub fn refuse_watch(&mut self, line: &[u8]) {
+        if matches!(self.state, State::Watch { .. }) {
+            self.state = State::ReadLine;
+            self.wbuf.extend_from_slice(line);
+        }
+    }
+
     /// Record that `n` bytes of [`Conn::output`] were written.
     #[inline]
     pub fn written(&mut self, n: usize) {
@@ -421,6 +436,7 @@ impl Conn {
             match self.state {
                 State::Closed => return Status::Close,
                 State::CloseAfterWrite => return Status::CloseAfterWrite,
+                State::Watch { streams } => return Status::Watch { streams },
                 State::Swallow { remaining } => {
                     let n = remaining.min(self.rlen - self.rpos);
                     self.rpos += n;
@@ -448,6 +464,7 @@ impl Conn {
                         return match self.state {
                             State::Closed => Status::Close,
                             State::CloseAfterWrite => Status::CloseAfterWrite,
+                            State::Watch { streams } => Status::Watch { streams },
                             _ => Status::Open,
                         };
                     }
@@ -702,6 +719,10 @@ impl Conn {
             }
             Flow::Close => {
                 self.state = State::Closed;
+                false
+            }
+            Flow::Watch { streams } => {
+                self.state = State::Watch { streams };
                 false
             }
             Flow::Dump => {
