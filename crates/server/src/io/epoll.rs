@@ -194,6 +194,7 @@ impl Worker {
                 self.drive(idx);
             }
             for idx in idle.due(&self.shared, &self.clients, |c| c.entry.last_input()) {
+                bump(&self.stats.idle_kicks, 1);
                 self.close(idx, CloseReason::IdleTimeout);
             }
             if let Some(now) = buffer_scan.due(&self.shared) {
@@ -217,10 +218,7 @@ impl Worker {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    // EMFILE and friends: memcached logs and keeps listening.
-                    if self.shared.settings.verbose > 0 {
-                        eprintln!("ferrocache: accept failed: {e}");
-                    }
+                    super::worker::accept_failed(&self.shared, &self.stats, &e);
                     return;
                 }
             };

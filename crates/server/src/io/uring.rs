@@ -282,6 +282,7 @@ impl UringWorker {
             self.setup_accepted();
             self.drive_dirty();
             for idx in idle.due(&self.shared, &self.clients, |c| c.entry.last_input()) {
+                bump(&self.stats.idle_kicks, 1);
                 self.close(idx, CloseReason::IdleTimeout);
             }
             if let Some(now) = buffer_scan.due(&self.shared) {
@@ -332,12 +333,7 @@ impl UringWorker {
                     let i = (token & !LISTENER_TOKEN) as usize;
                     match result {
                         Ok(fd) => accepted.push((fd, i)),
-                        Err(e) => {
-                            // EMFILE and friends: memcached logs and keeps listening.
-                            if shared.settings.verbose > 0 {
-                                eprintln!("ferrocache: accept failed: {e}");
-                            }
-                        }
+                        Err(e) => super::worker::accept_failed(shared, stats, &e),
                     }
                     if !more {
                         accept_retry.push((i, Instant::now() + ACCEPT_RETRY));

@@ -60,6 +60,21 @@ pub(crate) fn clear_wake(wake: &File) {
     let _ = (&*wake).read(&mut counter);
 }
 
+/// An accept failed: memcached logs it (under `-v`) and keeps listening. One for want
+/// of descriptors counts in `listen_disabled_num`, where memcached stops listening.
+pub(crate) fn accept_failed(
+    shared: &Shared,
+    stats: &crate::stats::WorkerStats,
+    e: &std::io::Error,
+) {
+    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+        crate::stats::bump(&stats.listen_disabled_num, 1);
+    }
+    if shared.verbosity.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+        eprintln!("ferrocache: accept failed: {e}");
+    }
+}
+
 /// `-o idle_timeout`: each worker looks for idle clients once per second of server time
 /// (its wait for events is capped at a second while the timeout is on).
 pub(crate) struct IdleScan {
