@@ -104,6 +104,9 @@ const CONN_FLAGS: [&str; 9] = [
     "8",
     "-I",
     "1k",
+    // memcached refuses an -I below its largest slab chunk (512 KiB by default).
+    "-o",
+    "slab_chunk_max=1024",
     "-R",
     "1000000",
 ];
