@@ -54,6 +54,9 @@ use crate::session::Ahead;
 use crate::state::Shared;
 use crate::stats::{bump, WorkerStats};
 
+mod send;
+use send::{send_spliced, start_send};
+
 /// Test hook: when set, `--io-backend=uring` and `auto` behave as on a kernel
 /// that refuses io_uring, with the variable's value as the reason.
 const UNAVAILABLE_ENV: &str = "FERROCACHE_URING_UNAVAILABLE";
@@ -797,87 +800,6 @@ fn drive_client(
             c.conn.shrink_idle_with(out);
         }
     }
-    true
-}
-
-/// Send the replies holding spliced values (see `splice.rs`) with a direct
-/// `sendmsg`, when nothing is in flight on the connection: its pins must not
-/// outlive this turn, which a ring send that waits for socket space could make
-/// them do. Behind a send in flight the values are copied instead, to keep the
-/// order. Returns whether anything was sent; `None` when the socket failed.
-fn send_spliced(exec: &Exec<'_>, c: &mut Client) -> Option<bool> {
-    let Some(cell) = exec.sink.splices else {
-        return Some(false);
-    };
-    let mut splices = cell.borrow_mut();
-    if splices.is_empty() {
-        return Some(false);
-    }
-    let store = &exec.shared.store;
-    let idle = c.out.as_ref().is_some_and(|o| c.out_sent >= o.len());
-    if !idle {
-        c.conn.materialize(&mut splices, store);
-        return Some(false);
-    }
-    let fd = c.fd.as_raw_fd();
-    let n = c
-        .conn
-        .flush_spliced(&mut splices, store, |iov| {
-            crate::sys::send_vectored(fd, iov)
-        })
-        .ok()?;
-    bump(&exec.stats.bytes_written, n as u64);
-    Some(n > 0)
-}
-
-/// Move the connection's replies into its send buffer (a swap, not a copy)
-/// and send them, unless a send is already in flight. Returns whether
-/// replies were moved.
-fn start_send(ring: &mut Ring, c: &mut Client, stats: &WorkerStats) -> bool {
-    if c.tls.is_some() {
-        return start_send_tls(ring, c, stats);
-    }
-    if c.conn.output().is_empty() {
-        return false;
-    }
-    let Some(mut out) = c.out.take() else {
-        return false;
-    };
-    if c.out_sent < out.len() {
-        // The rest of a short send is still to go.
-        c.out = Some(out);
-        return false;
-    }
-    c.conn.take_output(&mut out);
-    c.out_sent = 0;
-    ring.send(c.fd.as_raw_fd(), c.token, out, 0);
-    true
-}
-
-/// [`start_send`] over TLS: seal the replies into records (handshake messages and
-/// alerts wait there too), and send every waiting record from the send buffer,
-/// unless a send is in flight. Returns whether replies were sealed.
-fn start_send_tls(ring: &mut Ring, c: &mut Client, stats: &WorkerStats) -> bool {
-    let Some(t) = c.tls.as_mut() else {
-        return false;
-    };
-    let sealed = t.seal(&mut c.conn);
-    bump(&stats.bytes_written, sealed as u64);
-    if !t.wants_write() {
-        return sealed > 0;
-    }
-    let Some(mut out) = c.out.take() else {
-        return sealed > 0;
-    };
-    if c.out_sent < out.len() {
-        // The rest of a short send is still to go.
-        c.out = Some(out);
-        return sealed > 0;
-    }
-    out.clear();
-    t.take_ciphertext(&mut out);
-    c.out_sent = 0;
-    ring.send(c.fd.as_raw_fd(), c.token, out, 0);
     true
 }
 
