@@ -96,7 +96,7 @@ fn check_key(line: &[u8], key: &[u8]) {
 /// The server's settings for [`conn_chunks`]: one worker; 1 KiB items, so a larger
 /// value is refused and its data block swallowed; little memory; and no `-R` yield,
 /// whose flush point would depend on how many requests one read held.
-const CONN_FLAGS: [&str; 9] = [
+const CONN_FLAGS: [&str; 11] = [
     "ferrocache",
     "-t",
     "1",
