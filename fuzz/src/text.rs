@@ -212,20 +212,26 @@ fn normalize(out: &[u8]) -> Vec<u8> {
             at = j;
         }
     }
-    // `index_bytes` depends on which shards the keys fell in, which the store's random
-    // hash seed decides: two stores given the same input may differ. Its number is
-    // replaced whole (its length differs too).
-    let name = &b"STAT index_bytes "[..];
-    let mut at = 0;
-    while let Some(i) = find(&masked[at..], name) {
-        let start = at + i + name.len();
-        let end = start
-            + masked[start..]
-                .iter()
-                .take_while(|b| b.is_ascii_digit())
-                .count();
-        masked.splice(start..end, [b'#']);
-        at = start + 1;
+    // The index's size (`index_bytes`, and memcached's `hash_bytes` and
+    // `hash_power_level` drawn from it) depends on which shards the keys fell in, which
+    // the store's random hash seed decides: two stores given the same input may differ.
+    // Each number is replaced whole (its length differs too).
+    for name in [
+        &b"STAT index_bytes "[..],
+        b"STAT hash_bytes ",
+        b"STAT hash_power_level ",
+    ] {
+        let mut at = 0;
+        while let Some(i) = find(&masked[at..], name) {
+            let start = at + i + name.len();
+            let end = start
+                + masked[start..]
+                    .iter()
+                    .take_while(|b| b.is_ascii_digit())
+                    .count();
+            masked.splice(start..end, [b'#']);
+            at = start + 1;
+        }
     }
     let mut result = Vec::with_capacity(masked.len());
     let mut dump: Vec<&[u8]> = Vec::new();
