@@ -368,7 +368,18 @@ fn stalled_handshakes_are_bounded() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(stat(&server, "ssl_handshake_errors") >= before + 8);
+    // Every stalled socket the server took is closed at the handshake limit and counted.
+    // That is 8, or 7 when the connection that read `before` was still open while they
+    // were accepted (its close is seen later, on a busy machine, and frees a slot that
+    // the real client may take before the limit).
+    let counted_by = Instant::now() + Duration::from_secs(60);
+    while stat(&server, "ssl_handshake_errors") < before + 7 {
+        assert!(
+            Instant::now() < counted_by,
+            "stalled handshakes were not counted"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // The stalled sockets were closed by the server.
     for mut s in stalled {
         let _ = s.write_all(b"x");
