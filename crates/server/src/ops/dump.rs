@@ -20,6 +20,7 @@
 use protocol::text::DumpClasses;
 use storage::{DumpCursor, DumpItem};
 
+use crate::admin::watch::format::uriencode;
 use crate::ops::{memcached_item_size, Exec};
 
 /// Index positions looked at per call into the store, between output checks.
@@ -102,7 +103,7 @@ fn class_of(size: usize) -> u32 {
 fn write_line(out: &mut Vec<u8>, item: &DumpItem<'_>, started: i64, class: u32, size: usize) {
     use std::io::Write;
     out.extend_from_slice(b"key=");
-    uri_encode(out, item.key);
+    uriencode(item.key, out);
     let exp = if item.exptime == 0 {
         -1
     } else {
@@ -116,19 +117,6 @@ fn write_line(out: &mut Vec<u8>, item: &DumpItem<'_>, started: i64, class: u32, 
         item.cas,
         if item.fetched { "yes" } else { "no" },
     );
-}
-
-/// memcached's `uriencode`: letters, digits and `-._~` as they are, every other byte as
-/// `%XX`.
-fn uri_encode(out: &mut Vec<u8>, key: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in key {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b);
-        } else {
-            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -154,7 +142,7 @@ mod tests {
     #[test]
     fn keys_are_uri_encoded_and_sizes_counted() {
         let mut out = Vec::new();
-        uri_encode(&mut out, b"a%b c/\xc3\xa9-._~Z9");
+        uriencode(b"a%b c/\xc3\xa9-._~Z9", &mut out);
         assert_eq!(out, b"a%25b%20c%2F%C3%A9-._~Z9");
         // The sizes memcached 1.6.18 reports for these items, with and without -C.
         assert_eq!(memcached_item_size(1, 0, 1, true), 61);
