@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{run_to_exit, running_as_root, Client, ServerKind, ServerProcess};
+use common::{
+    run_to_exit, run_to_exit_as_given, running_as_root, Client, ServerKind, ServerProcess,
+};
 
 /// Command lines both servers refuse before they bind anything.
 const REFUSED: &[&[&str]] = &[
@@ -328,20 +330,7 @@ fn root_needs_dash_u() {
         return;
     }
     for kind in [ServerKind::Ferrocache, ServerKind::Memcached] {
-        let mut child = Command::new(kind.program())
-            .args(["-p", "0", "-U", "0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while child.try_wait().expect("try_wait").is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // Not reaped yet, so the PID is still this child's.
-        let _ = child.kill();
-        let out = child.wait_with_output().expect("wait");
+        let out = run_to_exit_as_given(kind, &["-p".into(), "0".into(), "-U".into(), "0".into()]);
         assert_eq!(out.status.code(), Some(64), "{}", kind.name());
         assert_eq!(
             first_line(&out.stderr, &kind.program()),

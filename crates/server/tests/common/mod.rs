@@ -118,8 +118,13 @@ pub fn run_to_exit(kind: ServerKind, args: &[String]) -> std::process::Output {
     if running_as_root() && !args.iter().any(|a| a == "-u") {
         args.extend(["-u".to_string(), "root".to_string()]);
     }
+    run_to_exit_as_given(kind, &args)
+}
+
+/// [`run_to_exit`] with `args` exactly as given (no `-u root` added).
+pub fn run_to_exit_as_given(kind: ServerKind, args: &[String]) -> std::process::Output {
     let mut child = Command::new(kind.program())
-        .args(&args)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
