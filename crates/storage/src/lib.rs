@@ -251,6 +251,8 @@ pub struct StoreStats {
     pub budget_bytes: u64,
     /// What [`Store::charge_outside`] last charged.
     pub outside_bytes: u64,
+    /// Evicted items that had been read since their segment was last walked.
+    pub evicted_active: u64,
     /// Segments evicted by writers to make room.
     pub direct_reclaims: u64,
     /// Segments the memory limit allows that hold nothing yet.

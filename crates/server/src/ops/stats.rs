@@ -207,12 +207,8 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     );
     o.num("expired_unfetched", store.expired_unfetched);
     o.num("evicted_unfetched", store.evicted_unfetched);
-    let classes = shared.store.class_stats();
     if tunables.lru_maintainer {
-        o.num(
-            "evicted_active",
-            classes.iter().map(|c| c.evicted_active).sum::<u64>(),
-        );
+        o.num("evicted_active", store.evicted_active);
     }
     o.num("evictions", store.evictions);
     o.num("reclaimed", store.reclaimed);

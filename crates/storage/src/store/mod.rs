@@ -291,7 +291,7 @@ impl Store {
         let mut sum = ShardStats::default();
         let (mut evictions, mut expired_unfetched, mut evicted_unfetched, mut reclaimed) =
             (0, 0, 0, 0);
-        let mut items_retained = 0;
+        let (mut items_retained, mut evicted_active) = (0, 0);
         for i in 0..self.shards.len() {
             let shard = self.shard_at(i).lock();
             let s = &shard.stats;
@@ -300,6 +300,7 @@ impl Store {
             sum.total_items += s.total_items;
             for c in s.class.iter() {
                 items_retained += c.retained;
+                evicted_active += c.evicted_active;
                 evictions += c.evicted;
                 expired_unfetched += c.expired_unfetched;
                 evicted_unfetched += c.evicted_unfetched;
@@ -328,6 +329,7 @@ impl Store {
             segments_total: limit as u64,
             segment_size: self.segment_size as u64,
             items_retained,
+            evicted_active,
             direct_reclaims: self.direct_reclaims.load(Ordering::Relaxed),
             free_segments: free as u64,
             index_bytes: index_bytes as u64,
