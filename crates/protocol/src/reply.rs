@@ -11,7 +11,7 @@
 //! capacity and store the length once per field and call `memcpy` for each
 //! short field; a safe version that zeroes the bytes first still pays a bounds
 //! check per field and a write of every byte twice. Numbers are written in
-//! place instead of through a formatting buffer. `docs/benchmarks.md` has the
+//! place instead of through a formatting buffer. `docs/perf-notes.md` has the
 //! measurements that chose this shape.
 //!
 //! With the SSE2 scans of `scan.rs`, this is the crate's `unsafe` code, a leaf: the

@@ -38,7 +38,7 @@ pub const MAX_VERBOSITY_LEVEL: u32 = 2;
 
 /// `--zero-copy-min` defaults: get values from this size up are sent in place. Below
 /// it one contiguous copy into the output buffer costs as little or less
-/// (docs/benchmarks.md, "Zero-copy values"). On io_uring the vectored send is a system
+/// (docs/perf-notes.md, "Zero-copy values"). On io_uring the vectored send is a system
 /// call of its own instead of a send batched into the ring, so it pays from a larger
 /// size: measured on two hosts, even or a loss at 16 KiB, a clear win from 32 KiB.
 pub const ZERO_COPY_MIN_EPOLL: usize = 16 * 1024;
@@ -65,7 +65,7 @@ pub enum Binding {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoBackend {
     /// Whichever the benchmarks found cheaper on this kind of kernel:
-    /// io_uring when the kernel offers it, else epoll (`docs/benchmarks.md`,
+    /// io_uring when the kernel offers it, else epoll (`docs/perf-notes.md`,
     /// "io_uring against epoll").
     Auto,
     /// One io_uring per worker; epoll when the kernel refuses it.

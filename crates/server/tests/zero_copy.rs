@@ -146,7 +146,7 @@ fn in_place_and_copied_replies_are_identical() {
 
 #[test]
 fn the_default_threshold_follows_the_backend() {
-    // Measured in docs/benchmarks.md ("Zero-copy values"): on io_uring the vectored
+    // Measured in docs/perf-notes.md ("Zero-copy values"): on io_uring the vectored
     // send is a system call of its own, so it pays only from larger values.
     let server = ServerProcess::start(ServerKind::Ferrocache, &["-t", "1", "-U", "0"]);
     let settings = server.connect().stats("settings");

@@ -49,7 +49,7 @@ pub(crate) fn unpack(entry: u64) -> (u32, u32) {
 /// last 16 the same way. A last fold with the length mixes the pair.
 ///
 /// A 20-byte key costs three multiplies and no shifts, well under the multiply-rotate
-/// rounds and the MurmurHash3 finaliser this replaced (figures in docs/benchmarks.md).
+/// rounds and the MurmurHash3 finaliser this replaced (figures in docs/perf-notes.md).
 /// The table uses the low 32 bits (bucket), bits 40 and up (shard) and the top 7 (tag).
 ///
 /// The seed is drawn at random per store, so inputs that would zero one side of a fold

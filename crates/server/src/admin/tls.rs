@@ -22,7 +22,7 @@ use crate::config::{TlsOptions, VerifyMode};
 /// Memory an open TLS connection's session holds, as counted in `conn_state_bytes`
 /// (and so in what connections charge to `-m`): rustls' state with its buffers as an
 /// idle connection keeps them, measured as RSS per idle TLS connection less a plain
-/// one's (docs/benchmarks.md, "TLS: memory per idle connection").
+/// one's (docs/perf-notes.md, "TLS: memory per idle connection").
 pub const SESSION_BYTES: u64 = 8 * 1024;
 
 /// Sessions the server-side cache keeps with `ssl_session_cache`: OpenSSL's default

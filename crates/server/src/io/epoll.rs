@@ -121,7 +121,7 @@ impl Worker {
     /// `epoll_wait` for `timeout`; with `--busy-poll-us N`, a wait that would sleep
     /// first polls without sleeping, for up to N µs as long as polling keeps catching
     /// events (`spin.rs`): with few clients, each waiting for its reply, the sleep and
-    /// the wake-up after it cost more than the request (docs/benchmarks.md, "Busy
+    /// the wake-up after it cost more than the request (docs/perf-notes.md, "Busy
     /// polling").
     fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> io::Result<()> {
         let Some(spin) = self

@@ -3,7 +3,7 @@
 //! Polling pays when the next event comes within microseconds: a few clients, each
 //! waiting for its reply before it sends again, wake a sleeping worker for every
 //! request, and the two context switches of each wake-up cost more than the request
-//! (docs/benchmarks.md, "Busy polling"). It wastes the whole window when nothing comes:
+//! (docs/perf-notes.md, "Busy polling"). It wastes the whole window when nothing comes:
 //! a server whose clients pause between requests would spend N µs of CPU after every
 //! one of them.
 //!

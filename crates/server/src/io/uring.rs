@@ -76,7 +76,7 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 /// io_uring was wanted and cannot be had.
 ///
 /// `auto` is io_uring wherever the kernel gives it (the probe below): on the
-/// kernel measured (docs/benchmarks.md, "io_uring against epoll") it cost 7 to
+/// kernel measured (docs/perf-notes.md, "io_uring against epoll") it cost 7 to
 /// 21 % less server CPU per request than epoll for single gets, 48-key gets and
 /// pipelined requests. Gets of 100 KB values cost 5 to 11 % more on it; those
 /// workloads can pick `--io-backend=epoll`. `auto` and `uring` fall back to

@@ -18,7 +18,7 @@
 //! protocol: text `get`/`gets`/`gat`/`gats`, meta `mg` with `v`, binary `GET`/`GETK`/
 //! `GAT`/`GATK` and their quiet forms (`Exec::value_pin`, `Exec::put_value`). Values
 //! shorter than `--zero-copy-min` (by default 16 KiB on epoll, 32 KiB on io_uring) are
-//! copied, which `docs/benchmarks.md` shows is cheaper. Over UDP every value is copied.
+//! copied, which `docs/perf-notes.md` shows is cheaper. Over UDP every value is copied.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
