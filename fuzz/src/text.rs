@@ -136,6 +136,7 @@ fn drive<'a>(shared: &Shared, input: &'a [u8], chunks: impl Iterator<Item = &'a 
         shared,
         stats: shared.worker_stats(0),
         sink: Sink::COPY,
+        latency: None,
     };
     let mut conn = Conn::new();
     let mut ahead = Ahead::default();

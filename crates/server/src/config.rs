@@ -147,6 +147,10 @@ pub struct Settings {
     pub io_backend: IoBackend,
     /// `--udp-gso`: send UDP replies with GSO where the kernel offers it.
     pub udp_gso: bool,
+    /// `--latency-histograms`: time every request (`stats/latency.rs`); on by default.
+    pub latency_histograms: bool,
+    /// `--metrics-listen`: where to serve Prometheus' `/metrics` (off by default).
+    pub metrics_listen: Option<String>,
     /// `--zero-copy-min` as given (`None`: the backend's default); see
     /// [`Settings::zero_copy_min_for`].
     pub zero_copy_min: Option<usize>,
@@ -340,6 +344,8 @@ impl Settings {
         };
         let mut zero_copy_min = None;
         let mut udp_gso = true;
+        let mut latency_histograms = true;
+        let mut metrics_listen = None;
         let (mut null_store, mut null_value_bytes) = (false, 20usize);
 
         let fail = |m: String| Err(Refusal::failure(m));
@@ -370,16 +376,17 @@ impl Settings {
                         })?;
                     }
                     "zero-copy-min" => zero_copy_min = Some(number("bytes")?),
-                    "udp-gso" => {
-                        udp_gso = match v.as_str() {
-                            "on" => true,
-                            "off" => false,
-                            _ => {
-                                return Err(Refusal::usage(format!(
-                                    "--udp-gso {v}: expected on or off"
-                                )))
-                            }
-                        };
+                    "udp-gso" => udp_gso = on_off(name, &v)?,
+                    "latency-histograms" => latency_histograms = on_off(name, &v)?,
+                    "metrics-listen" => {
+                        if v.rsplit_once(':')
+                            .is_none_or(|(_, p)| p.parse::<u16>().is_err())
+                        {
+                            return Err(Refusal::usage(format!(
+                                "--metrics-listen {v}: expected ADDRESS:PORT"
+                            )));
+                        }
+                        metrics_listen = Some(v);
                     }
                     "null-store" => null_store = true,
                     _ => null_value_bytes = number("bytes")?,
@@ -660,6 +667,8 @@ impl Settings {
             busy_poll_us,
             io_backend,
             udp_gso,
+            latency_histograms,
+            metrics_listen,
             zero_copy_min,
             null_store: null_store.then(|| vec![b'x'; null_value_bytes]),
             large_pages,
@@ -738,3 +747,12 @@ pub const TUNABLE_OPTIONS: &[&str] = &[
     "warm_max_factor",
     "temporary_ttl",
 ];
+
+/// A ferrocache option's `on` or `off`.
+fn on_off(name: &str, v: &str) -> Result<bool, Refusal> {
+    match v {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(Refusal::usage(format!("--{name} {v}: expected on or off"))),
+    }
+}

@@ -25,6 +25,7 @@ fn exec(shared: &Shared) -> Exec<'_> {
         shared,
         stats: shared.worker_stats(0),
         sink: Sink::COPY,
+        latency: None,
     }
 }
 

@@ -212,6 +212,8 @@ pub enum StatsGroup {
     SizesDisable,
     /// `stats conns`: the open sockets.
     Conns,
+    /// `stats latency`: ferrocache's per-command latency (memcached has none).
+    Latency,
     /// `stats cachedump <class> <limit>`, as parsed (the server checks `-X` first).
     Cachedump(Cachedump),
 }

@@ -483,6 +483,7 @@ fn parse_stats<'a>(t: &Tokens<'a>) -> Request<'a> {
         b"sizes_enable" => StatsGroup::SizesEnable,
         b"sizes_disable" => StatsGroup::SizesDisable,
         b"conns" => StatsGroup::Conns,
+        b"latency" => StatsGroup::Latency,
         b"items" => StatsGroup::Items,
         _ => return invalid(ErrorReply::Error),
     };

@@ -53,6 +53,8 @@ pub const OPTIONS: &[OptSpec] = &[
     long("io-backend", HasArg::Required),
     long("zero-copy-min", HasArg::Required),
     long("udp-gso", HasArg::Required),
+    long("latency-histograms", HasArg::Required),
+    long("metrics-listen", HasArg::Required),
     long("null-store", HasArg::No),
     long("null-value-bytes", HasArg::Required),
 ];

@@ -31,6 +31,7 @@ use crate::reply::splice::Splices;
 use crate::session::conn::{buffers, Conn, Status};
 use crate::session::Ahead;
 use crate::state::Shared;
+use crate::stats::latency::{now_ns, Recorder};
 use crate::stats::{bump, WorkerStats};
 
 const WAKER: Token = Token(usize::MAX);
@@ -73,6 +74,8 @@ pub(crate) struct Worker {
     ahead: Ahead,
     /// Where TLS connections' ciphertext is received (empty without TLS listeners).
     scratch: Vec<u8>,
+    /// The requests run and not yet timed (`None` with `--latency-histograms off`).
+    latency: Option<Recorder>,
 }
 
 impl Worker {
@@ -112,6 +115,7 @@ impl Worker {
             spin: AdaptiveSpin::new(shared.settings.busy_poll_us),
             ahead: Ahead::default(),
             scratch,
+            latency: shared.settings.latency_histograms.then(Recorder::default),
             shared,
             stats,
             wake,
@@ -182,6 +186,9 @@ impl Worker {
                 self.shutdown();
                 return;
             }
+            if let Some(r) = &self.latency {
+                r.woke(now_ns());
+            }
             for event in events.iter() {
                 match event.token() {
                     WAKER => clear_wake(&self.wake),
@@ -192,6 +199,10 @@ impl Worker {
             }
             for idx in std::mem::take(&mut self.again) {
                 self.drive(idx);
+            }
+            // Requests of connections closed before their replies went out.
+            if let Some(r) = &self.latency {
+                r.flush(&self.stats.latency);
             }
             for idx in idle.due(&self.shared, &self.clients, |c| c.entry.last_input()) {
                 bump(&self.stats.idle_kicks, 1);
@@ -288,8 +299,12 @@ impl Worker {
                 splice_min: usize::MAX,
                 fd: -1,
             },
+            latency: self.latency.as_ref(),
         };
         self.udp[i].serve(&exec);
+        if let Some(r) = &self.latency {
+            r.flush(&self.stats.latency);
+        }
     }
 
     fn close(&mut self, idx: usize, reason: CloseReason) {
@@ -322,6 +337,7 @@ impl Worker {
                 },
                 fd: client.stream.as_fd().as_raw_fd(),
             },
+            latency: self.latency.as_ref(),
         };
         loop {
             // Read until the socket is drained (a short read means it is),
@@ -425,6 +441,10 @@ impl Worker {
                         return;
                     }
                 }
+            }
+            // The replies are the kernel's now: the latency of their requests ends.
+            if let Some(r) = &self.latency {
+                r.flush(&self.stats.latency);
             }
             let pending = !client.conn.output().is_empty()
                 || client.tls.as_ref().is_some_and(|t| t.wants_write());

@@ -228,6 +228,7 @@ fn answer(
             splice_min: usize::MAX,
             fd: exec.sink.fd,
         },
+        latency: exec.latency,
     };
     loop {
         // The payload goes in as the connection's read buffer takes it, as

@@ -52,6 +52,7 @@ use crate::reply::splice::Splices;
 use crate::session::conn::{buffers, Conn, Status};
 use crate::session::Ahead;
 use crate::state::Shared;
+use crate::stats::latency::{now_ns, Recorder};
 use crate::stats::{bump, WorkerStats};
 
 mod send;
@@ -177,6 +178,9 @@ pub struct UringWorker {
     splice_min: usize,
     /// Requests parsed ahead, lent to each connection's `process` call.
     ahead: Ahead,
+    /// The requests run and not yet timed (`None` with `--latency-histograms off`):
+    /// their replies are handed to the kernel by the next `io_uring_enter`.
+    latency: Option<Recorder>,
 }
 
 impl UringWorker {
@@ -195,6 +199,7 @@ impl UringWorker {
             Err(e) => return Err((e, listeners, udp)),
         };
         let (splices, splice_min) = Splices::for_worker(&shared.settings, IoBackend::Uring);
+        let latency = shared.settings.latency_histograms.then(Recorder::default);
         Ok(UringWorker {
             ring,
             listeners,
@@ -214,6 +219,7 @@ impl UringWorker {
             stats,
             draining: false,
             ahead: Ahead::default(),
+            latency,
         })
     }
 
@@ -256,6 +262,11 @@ impl UringWorker {
             };
             // With `--busy-poll-us N`, up to N µs awake before sleeping, while polling
             // pays (`spin.rs`, `Ring::spin_for_completion`).
+            // What this turn queued is handed to the kernel next: its requests' latency
+            // ends here.
+            if let Some(r) = &self.latency {
+                r.flush(&self.stats.latency);
+            }
             let window = self.spin.map_or(Duration::ZERO, |s| s.window());
             let ready = !window.is_zero() && self.ring.spin_for_completion(window).unwrap_or(false);
             let mut slept = None;
@@ -266,6 +277,9 @@ impl UringWorker {
                     return;
                 }
                 slept = asleep.map(|t| t.elapsed());
+            }
+            if let Some(r) = &self.latency {
+                r.woke(now_ns());
             }
             let incoming = self.reap();
             // Only what came in says whether polling pays: the completions of our own
@@ -322,6 +336,7 @@ impl UringWorker {
             repoll,
             shared,
             stats,
+            latency,
             ..
         } = self;
         let now = shared.clock.now();
@@ -433,9 +448,13 @@ impl UringWorker {
                                 splice_min: usize::MAX,
                                 fd: -1,
                             },
+                            latency: latency.as_ref(),
                         };
                         if let Some(u) = udp.get_mut((token & !UDP_TOKEN) as usize) {
                             u.serve(&exec);
+                        }
+                        if let Some(r) = latency.as_ref() {
+                            r.flush(&stats.latency);
                         }
                     }
                 }
@@ -579,6 +598,7 @@ impl UringWorker {
                 },
                 fd: c.fd.as_raw_fd(),
             },
+            latency: self.latency.as_ref(),
         };
         if !drive_client(&mut self.ring, &exec, &mut self.ahead, c, self.draining) {
             // memcached's reasons: the peer's end of stream and `quit` are normal.

@@ -26,6 +26,7 @@ use storage::Store;
 
 use crate::reply::Sink;
 use crate::state::Shared;
+use crate::stats::latency::{Command, Recorder};
 use crate::stats::WorkerStats;
 
 pub use item::{memcached_item_fits, memcached_item_size};
@@ -35,12 +36,14 @@ pub use item::{memcached_item_fits, memcached_item_size};
 const SPLICE_BUDGET_BYTES: usize = 1024 * 1024;
 
 /// One worker's view for executing requests: the shared state, the worker's own
-/// counters, and where its replies go.
+/// counters, where its replies go, and its latency recorder (`None` with
+/// `--latency-histograms off`, and where nothing is timed: tests, fuzzing).
 #[derive(Clone, Copy)]
 pub struct Exec<'a> {
     pub shared: &'a Shared,
     pub stats: &'a WorkerStats,
     pub sink: Sink<'a>,
+    pub latency: Option<&'a Recorder>,
 }
 
 impl<'a> Exec<'a> {
@@ -56,6 +59,14 @@ impl<'a> Exec<'a> {
     /// output itself): a reply memcached would not have sent.
     pub fn drop_output_after(&self, at: usize) {
         self.sink.truncate(at, self.store());
+    }
+
+    /// A request of `command` ran: counted for its latency (`stats/latency.rs`).
+    #[inline(always)]
+    pub fn timed(&self, command: Command) {
+        if let Some(r) = self.latency {
+            r.count(command);
+        }
     }
 
     /// The server clock's current relative time.

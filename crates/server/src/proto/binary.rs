@@ -614,6 +614,7 @@ mod tests {
             shared,
             stats,
             sink: crate::reply::Sink::COPY,
+            latency: None,
         };
         let mut out = Vec::new();
         let mut mark = 0;

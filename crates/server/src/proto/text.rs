@@ -641,6 +641,7 @@ impl Exec<'_> {
             // which knows its descriptor), no connection is the one asking.
             StatsGroup::Conns => self.shared.conns.report(-1, self.shared.clock.now(), out),
             StatsGroup::Sizes => crate::ops::slabs::sizes(self.shared, out),
+            StatsGroup::Latency => stats_report::latency(self.shared, out),
         }
     }
 }

@@ -282,6 +282,7 @@ mod tests {
             shared: &shared,
             stats: shared.worker_stats(0),
             sink: crate::reply::Sink::COPY,
+            latency: None,
         };
         let store = &exec;
         let input = b"get a\r\nset b 0 0 1\r\nx\r\nget c\r\ndelete d\r\nget e\r\n";

@@ -9,6 +9,7 @@ use crate::admin::auth::Step as AuthStep;
 use crate::ops::dump::Dump;
 use crate::ops::Exec;
 use crate::proto::binary::BinaryStep;
+use crate::stats::latency::Command;
 
 impl Conn {
     /// List items until the output reaches its high-water mark (`process` then waits
@@ -75,6 +76,7 @@ impl Conn {
                 }
                 self.auth_reply_at = Some(self.wbuf.len());
                 self.wbuf.extend_from_slice(reply);
+                exec.timed(Command::Other);
                 if checked {
                     exec.count_auth(ok);
                 }
@@ -119,6 +121,7 @@ impl Conn {
                 false
             }
             BinaryStep::Consumed(n) => {
+                exec.timed(Command::Binary);
                 self.rpos += n;
                 true
             }
@@ -126,6 +129,7 @@ impl Conn {
                 consumed,
                 remaining,
             } => {
+                exec.timed(Command::Binary);
                 self.rpos += consumed;
                 self.state = State::Swallow { remaining };
                 true

@@ -6,8 +6,12 @@
 //! records a baseline that later reports subtract, so a reset can never race
 //! with an increment.
 
+pub mod latency;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+
+use latency::{Histograms, Snapshot, COMMANDS};
 
 /// A worker's connection memory, as its buffer pool (`session/conn/buffers.rs`) and its
 /// event loop publish it. Each is written by its worker alone.
@@ -69,6 +73,8 @@ macro_rules! counters {
             /// Not counters but levels, which `stats reset` leaves alone: the memory of
             /// the worker's connections.
             pub conn: ConnGauges,
+            /// The worker's latency histograms (`latency.rs`).
+            pub latency: Histograms,
         }
 
         /// A plain copy of counters, summed over workers.
@@ -139,6 +145,8 @@ pub fn bump(counter: &AtomicU64, by: u64) {
 pub struct StatsRegistry {
     workers: Vec<std::sync::Arc<WorkerStats>>,
     baseline: Mutex<Counters>,
+    /// The latency histograms at the last `stats reset`.
+    latency_baseline: Mutex<Option<Box<[Snapshot; COMMANDS]>>>,
 }
 
 impl StatsRegistry {
@@ -147,6 +155,7 @@ impl StatsRegistry {
         StatsRegistry {
             workers,
             baseline: Mutex::new(Counters::default()),
+            latency_baseline: Mutex::new(None),
         }
     }
 
@@ -182,10 +191,43 @@ impl StatsRegistry {
         m
     }
 
+    fn latency_raw(&self) -> Box<[Snapshot; COMMANDS]> {
+        let mut sum: Box<[Snapshot; COMMANDS]> = Box::default();
+        for w in &self.workers {
+            w.latency.add_to(&mut sum);
+        }
+        sum
+    }
+
+    /// Every command's latency histogram, summed over workers, since start or since
+    /// the last reset.
+    #[must_use]
+    pub fn latency(&self) -> Box<[Snapshot; COMMANDS]> {
+        let mut now = self.latency_raw();
+        if let Some(base) = &*self
+            .latency_baseline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            for (s, b) in now.iter_mut().zip(base.iter()) {
+                *s = s.since(b);
+            }
+        }
+        now
+    }
+
     /// `stats reset`.
     pub fn reset(&self) {
         let raw = self.raw();
         *self.baseline.lock().unwrap_or_else(|e| e.into_inner()) = raw;
+        for w in &self.workers {
+            w.latency.reset_max();
+        }
+        let latency = self.latency_raw();
+        *self
+            .latency_baseline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(latency);
     }
 }
 
