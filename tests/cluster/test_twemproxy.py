@@ -32,6 +32,7 @@ class TextConnection:
         self.file.write(f"get {key}\r\n".encode())
         self.file.flush()
         line = self.file.readline()
+        assert line, "nutcracker closed the connection"
         if not line.startswith(b"VALUE "):
             return line, None
         value = self.file.readline()[:-2]
@@ -103,10 +104,7 @@ def test_keys_spread_fail_over_and_return(nodes, proxy):
     probe = lost[0]
 
     def rejoined():
-        try:
-            cluster.retried("set the probe", lambda: proxy.client().set(probe, b"probe"))
-        except TimeoutError:
-            return False
+        proxy_set_many(proxy, {probe: b"probe"})
         return victim.get_many([probe]) == {probe: b"probe"}
 
     wait_for("node0 rejoins", rejoined)
