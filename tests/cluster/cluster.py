@@ -65,18 +65,24 @@ class Node:
         fixed = self.port is not None
         for _ in range(1 if fixed else 20):
             port = self.port if fixed else harness.probably_free_port()
-            args = harness.server_command("ferrocache") + ["-p", str(port), "-U", "0", "-l", "127.0.0.1",
-                    "-m", "64", "-t", "1"]
+            args = harness.server_command("ferrocache")
+            args += ["-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", "64", "-t", "1"]
             if os.geteuid() == 0:
                 args += ["-u", "root"]
-            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, preexec_fn=harness._die_with_parent)
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=harness._die_with_parent,
+            )
             self.proc = proc
             if harness.wait_ready(proc.pid, port, alive=lambda: proc.poll() is None):
                 self.port = port
                 return self
             self.stop()
-        raise RuntimeError(f"could not start {self.name}" + (f" on port {self.port}" if fixed else ""))
+        where = f" on port {self.port}" if fixed else ""
+        raise RuntimeError(f"could not start {self.name}{where}")
 
     def kill(self):
         """SIGKILL, then reap: the node dies as in a crash, without closing anything."""
