@@ -176,12 +176,19 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
     crate::state::restart::restore(&shared)?;
 
     let per_worker = bind_listeners(&shared)?;
+    let metrics = match &shared.settings.metrics_listen {
+        Some(addr) => Some(super::metrics::bind(addr)?),
+        None => None,
+    };
     // memcached's -D turns `stats detail` on from the start.
     if shared.settings.detail_enabled {
         shared.prefixes.set_enabled(true);
     }
     if let Some(user) = &shared.settings.user {
         crate::sys::drop_privileges(user).context("dropping privileges")?;
+    }
+    if let Some(listener) = metrics {
+        super::metrics::spawn(shared.clone(), listener)?;
     }
 
     let backend = shared.settings.io_backend;

@@ -6,12 +6,14 @@
 //!   io_uring (`--io-backend=uring`); [`worker`]: what the two share.
 //! - [`net`]: TCP and UNIX listeners and streams; [`udp`]: memcached's UDP framing.
 //! - [`spin`]: adaptive busy polling.
+//! - [`metrics`]: `--metrics-listen`, Prometheus' `/metrics` on a thread of its own.
 //!
 //! Every backend reads into a [`crate::session::Conn`] and writes what it composed;
 //! none of them parses.
 
 pub mod epoll;
 pub mod launch;
+pub mod metrics;
 pub mod net;
 pub mod spin;
 pub(crate) mod tls;

@@ -10,12 +10,14 @@
 //!   incr/decr; [`admin`]: flush_all, verbosity, cache_memlimit, stats reset and detail,
 //!   the authentication counters, shutdown.
 //! - [`stats`]: the `stats` reports; [`slabs`]: the per-class ones (`stats items`,
-//!   `slabs`, `sizes`, `cachedump`); [`dump`]: `lru_crawler metadump`.
+//!   `slabs`, `sizes`, `cachedump`); [`dump`]: `lru_crawler metadump`; [`metrics`]:
+//!   all of them in Prometheus' format, under memcached_exporter's names.
 
 pub mod admin;
 pub mod dump;
 pub mod get;
 pub mod item;
+pub mod metrics;
 pub mod modify;
 pub mod slabs;
 pub mod stats;

@@ -867,7 +867,7 @@ fn class_of(request: &Request<'_>) -> Command {
             get_class(*command, multi)
         }
         Request::Store { .. } => Command::Set,
-        Request::Meta(_) => Command::Meta,
+        Request::Meta(_) | Request::MetaNoop => Command::Meta,
         Request::Delete { .. } => Command::Delete,
         Request::Arith { .. } => Command::Incr,
         Request::Touch { .. } => Command::Touch,

@@ -1,0 +1,119 @@
+//! `--metrics-listen ADDR:PORT`: Prometheus' `/metrics` over HTTP/1.1, on a thread of
+//! its own, away from the workers.
+//!
+//! A scrape every few seconds needs no event loop: the thread accepts one connection
+//! at a time, reads one request with a deadline, answers it and closes
+//! (`Connection: close`), so a client that stalls holds it for at most
+//! [`IO_TIMEOUT`], and nothing it sends grows memory past [`MAX_REQUEST_BYTES`]. The
+//! page is built on each scrape from the statistics (`ops/metrics.rs`); building it
+//! reads the same counters `stats` does, with no lock a worker waits on.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::state::Shared;
+
+/// How long one client may take to send its request and read the reply.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most of a request that is read; a longer head is refused.
+const MAX_REQUEST_BYTES: usize = 8 * 1024;
+
+/// Bind `addr` (before privileges are dropped, as the other listeners are).
+pub fn bind(addr: &str) -> Result<TcpListener> {
+    TcpListener::bind(addr).with_context(|| format!("failed to listen on metrics address {addr}"))
+}
+
+/// Serve `/metrics` on `listener` until the process exits.
+pub fn spawn(shared: Arc<Shared>, listener: TcpListener) -> Result<()> {
+    if shared.settings.verbose > 0 {
+        if let Ok(a) = listener.local_addr() {
+            eprintln!("ferrocache: serving metrics on http://{a}/metrics");
+        }
+    }
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                match stream {
+                    Ok(s) => serve_one(&shared, s),
+                    // Out of descriptors, or the client left before the accept: the
+                    // next scrape tries again.
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        })
+        .context("starting the metrics thread")?;
+    Ok(())
+}
+
+fn serve_one(shared: &Shared, mut stream: TcpStream) {
+    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+    let Some(head) = read_head(&mut stream) else {
+        return;
+    };
+    let (status, kind, body) = respond(shared, &head);
+    let reply = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(reply.as_bytes());
+    if !head.starts_with("HEAD ") {
+        let _ = stream.write_all(body.as_bytes());
+    }
+}
+
+/// The request's head (up to the blank line), or `None` if it never came whole.
+fn read_head(stream: &mut TcpStream) -> Option<String> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.windows(2).any(|w| w == b"\n\n") {
+        if buf.len() >= MAX_REQUEST_BYTES {
+            let _ = stream.write_all(
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+            // Read (a bounded amount of) what is left before closing, so that the
+            // close is not a reset that could discard the reply before it is read.
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            let mut left: usize = 64 * 1024;
+            while let Ok(n @ 1..) = stream.read(&mut chunk) {
+                left = left.saturating_sub(n);
+                if left == 0 {
+                    break;
+                }
+            }
+            return None;
+        }
+        let n = stream.read(&mut chunk).ok().filter(|&n| n > 0)?;
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Status line, content type and body for a request head.
+fn respond(shared: &Shared, head: &str) -> (&'static str, &'static str, String) {
+    let mut words = head.lines().next().unwrap_or("").split(' ');
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    const TEXT: &str = "text/plain; charset=utf-8";
+    if method != "GET" && method != "HEAD" {
+        return ("405 Method Not Allowed", TEXT, "only GET and HEAD\n".into());
+    }
+    match path {
+        "/metrics" => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            crate::ops::metrics::render(shared),
+        ),
+        "/" => (
+            "200 OK",
+            TEXT,
+            "ferrocache: metrics are at /metrics\n".into(),
+        ),
+        _ => ("404 Not Found", TEXT, "not found; metrics are at /metrics\n".into()),
+    }
+}
