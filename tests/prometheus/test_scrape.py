@@ -3,6 +3,10 @@
 here implies: memcached_exporter's counters under their names and labels, and the
 request latency histograms, through `histogram_quantile` as a dashboard asks.
 
+Twice: a plain Prometheus, which reads the text format and the histograms' classic
+buckets, and one with native histograms on, which asks for the protobuf format and
+stores the same histograms as native ones.
+
 Run by scripts/test-prometheus. Every process started here is stopped by PID.
 """
 
@@ -85,9 +89,11 @@ def value(api, expr):
     return float(result[0]["value"][1])
 
 
-@pytest.fixture
-def scraped(tmp_path):
-    """ferrocache after the traffic above, and a Prometheus that has scraped it."""
+@pytest.fixture(params=["classic", "native"])
+def scraped(request, tmp_path):
+    """ferrocache after the traffic above, and a Prometheus that has scraped it: (the
+    query API's port, whether native histograms are on)."""
+    native = request.param == "native"
     proc, port, metrics = start_ferrocache()
     prom = None
     try:
@@ -106,7 +112,8 @@ def scraped(tmp_path):
                 f"--config.file={config}",
                 f"--storage.tsdb.path={tmp_path / 'data'}",
                 f"--web.listen-address=127.0.0.1:{api}",
-            ],
+            ]
+            + (["--enable-feature=native-histograms"] if native else []),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -125,7 +132,7 @@ def scraped(tmp_path):
                 pass
             assert time.monotonic() < deadline, "no successful scrape in time"
             time.sleep(0.5)
-        yield api
+        yield api, native
     finally:
         if prom is not None:
             prom.kill()
@@ -134,7 +141,7 @@ def scraped(tmp_path):
 
 
 def test_prometheus_scrapes_exporter_names_and_latency(scraped):
-    api = scraped
+    api, native = scraped
     commands = 'memcached_commands_total{job="ferrocache",command="%s",status="%s"}'
     assert value(api, commands % ("get", "hit")) == HITS + 3
     assert value(api, commands % ("get", "miss")) == MISSES
@@ -146,20 +153,32 @@ def test_prometheus_scrapes_exporter_names_and_latency(scraped):
     assert value(api, "memcached_current_connections") >= 0
     assert value(api, 'memcached_slab_current_items{slab="1"}') == SETS - DELETES
 
-    duration = 'ferrocache_request_duration_seconds_count{command="%s"}'
-    assert value(api, duration % "get") == HITS + MISSES
-    assert value(api, duration % "multiget") == 1
-    assert value(api, duration % "set") == SETS
-    assert value(api, duration % "delete") == DELETES
-    # As a latency dashboard asks: a quantile from the buckets.
-    p99 = value(
-        api,
-        'histogram_quantile(0.99, sum by (le) (ferrocache_request_duration_seconds_bucket{command="get"}))',
-    )
-    assert math.isfinite(p99) and 0 < p99 < 17.2, p99
-    # Every bucket series of a command is there, +Inf equal to the count.
-    buckets = query(api, 'ferrocache_request_duration_seconds_bucket{command="set"}')
-    assert len(buckets) == 26
-    inf = [b for b in buckets if b["metric"]["le"] == "+Inf"]
-    assert float(inf[0]["value"][1]) == SETS
     assert value(api, 'ferrocache_memory_bytes{area="items"}') > 0
+
+    counts = {"get": HITS + MISSES, "multiget": 1, "set": SETS, "delete": DELETES}
+    if native:
+        # One native histogram per command: its count, and a quantile of it.
+        for command, n in counts.items():
+            series = 'ferrocache_request_duration_seconds{command="%s"}' % command
+            assert value(api, f"histogram_count({series})") == n
+        p99 = value(
+            api,
+            'histogram_quantile(0.99, ferrocache_request_duration_seconds{command="get"})',
+        )
+        assert not query(api, "ferrocache_request_duration_seconds_bucket")
+    else:
+        for command, n in counts.items():
+            series = 'ferrocache_request_duration_seconds_count{command="%s"}' % command
+            assert value(api, series) == n
+        # As a latency dashboard asks: a quantile from the buckets.
+        p99 = value(
+            api,
+            'histogram_quantile(0.99, sum by (le) '
+            '(ferrocache_request_duration_seconds_bucket{command="get"}))',
+        )
+        # Every bucket series of a command is there, +Inf equal to the count.
+        buckets = query(api, 'ferrocache_request_duration_seconds_bucket{command="set"}')
+        assert len(buckets) == 26
+        inf = [b for b in buckets if b["metric"]["le"] == "+Inf"]
+        assert float(inf[0]["value"][1]) == SETS
+    assert math.isfinite(p99) and 0 < p99 < 17.2, p99

@@ -47,10 +47,15 @@ fn binary_noop() -> [u8; 24] {
 fn traffic(server: &ServerProcess) {
     let mut c = server.connect();
     for i in 0..7 {
-        assert_eq!(c.request_str(&format!("set k{i} 0 0 1\r\n{i}\r\n")), "STORED\r\n");
+        assert_eq!(
+            c.request_str(&format!("set k{i} 0 0 1\r\n{i}\r\n")),
+            "STORED\r\n"
+        );
     }
     for i in 0..20 {
-        assert!(c.request_str(&format!("get k{}\r\n", i % 7)).starts_with("VALUE"));
+        assert!(c
+            .request_str(&format!("get k{}\r\n", i % 7))
+            .starts_with("VALUE"));
     }
     for _ in 0..5 {
         assert!(c.request_str("get k1 k2 k3\r\n").ends_with("END\r\n"));
@@ -97,7 +102,10 @@ fn each_request_is_timed_under_its_command_and_reset_zeroes_them() {
         let p50 = micros(&stats, &format!("{command}:p50_us"));
         let p99 = micros(&stats, &format!("{command}:p99_us"));
         let max = micros(&stats, &format!("{command}:max_us"));
-        assert!(count == 0 || (0.0 < p50 && p50 <= p99 && p99 <= max), "{command}: {stats:?}");
+        assert!(
+            count == 0 || (0.0 < p50 && p50 <= p99 && p99 <= max),
+            "{command}: {stats:?}"
+        );
     }
     assert_eq!(c.request_str("stats reset\r\n"), "RESET\r\n");
     let after = c.stats("latency");
@@ -155,7 +163,10 @@ fn metrics_endpoint_serves_the_page_and_refuses_the_rest() {
     let page = http(metrics, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     let (head, body) = page.split_once("\r\n\r\n").expect("a head");
     assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-    assert!(head.contains("Content-Type: text/plain; version=0.0.4"), "{head}");
+    assert!(
+        head.contains("Content-Type: text/plain; version=0.0.4"),
+        "{head}"
+    );
     let length: usize = head
         .lines()
         .find_map(|l| l.strip_prefix("Content-Length: "))
@@ -193,5 +204,7 @@ fn metrics_endpoint_serves_the_page_and_refuses_the_rest() {
     long.extend(std::iter::repeat_n(b'a', 20_000));
     assert!(http(metrics, &long).starts_with("HTTP/1.1 431 "));
     // The cache still answers after all that.
-    server.connect().assert_answers("after the metrics requests");
+    server
+        .connect()
+        .assert_answers("after the metrics requests");
 }

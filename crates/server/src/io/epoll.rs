@@ -31,7 +31,7 @@ use crate::reply::splice::Splices;
 use crate::session::conn::{buffers, Conn, Status};
 use crate::session::Ahead;
 use crate::state::Shared;
-use crate::stats::latency::{now_ns, Recorder};
+use crate::stats::latency::{now_ticks, Recorder};
 use crate::stats::{bump, WorkerStats};
 
 const WAKER: Token = Token(usize::MAX);
@@ -187,7 +187,7 @@ impl Worker {
                 return;
             }
             if let Some(r) = &self.latency {
-                r.woke(now_ns());
+                r.woke(now_ticks());
             }
             for event in events.iter() {
                 match event.token() {

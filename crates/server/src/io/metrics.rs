@@ -57,13 +57,13 @@ fn serve_one(shared: &Shared, mut stream: TcpStream) {
         return;
     };
     let (status, kind, body) = respond(shared, &head);
-    let reply = format!(
+    let head_reply = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    let _ = stream.write_all(reply.as_bytes());
+    let _ = stream.write_all(head_reply.as_bytes());
     if !head.starts_with("HEAD ") {
-        let _ = stream.write_all(body.as_bytes());
+        let _ = stream.write_all(&body);
     }
 }
 
@@ -94,26 +94,47 @@ fn read_head(stream: &mut TcpStream) -> Option<String> {
     Some(String::from_utf8_lossy(&buf).into_owned())
 }
 
-/// Status line, content type and body for a request head.
-fn respond(shared: &Shared, head: &str) -> (&'static str, &'static str, String) {
-    let mut words = head.lines().next().unwrap_or("").split(' ');
+/// Status line, content type and body for a request head. `/metrics` is in the
+/// protobuf format when the `Accept` header asks for it (native histograms), else in
+/// the text format.
+fn respond(shared: &Shared, head: &str) -> (&'static str, &'static str, Vec<u8>) {
+    use crate::ops::metrics::{collect, proto, text};
+    let mut lines = head.lines();
+    let mut words = lines.next().unwrap_or("").split(' ');
     let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
+    let accept = lines
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.trim().eq_ignore_ascii_case("accept"))
+        .map_or("", |(_, v)| v.trim());
     const TEXT: &str = "text/plain; charset=utf-8";
     if method != "GET" && method != "HEAD" {
-        return ("405 Method Not Allowed", TEXT, "only GET and HEAD\n".into());
+        return (
+            "405 Method Not Allowed",
+            TEXT,
+            b"only GET and HEAD\n".to_vec(),
+        );
     }
     match path {
+        "/metrics" if proto::accepted(accept) => (
+            "200 OK",
+            proto::CONTENT_TYPE,
+            proto::render(&collect(shared)),
+        ),
         "/metrics" => (
             "200 OK",
-            "text/plain; version=0.0.4; charset=utf-8",
-            crate::ops::metrics::render(shared),
+            text::CONTENT_TYPE,
+            text::render(&collect(shared)).into_bytes(),
         ),
         "/" => (
             "200 OK",
             TEXT,
-            "ferrocache: metrics are at /metrics\n".into(),
+            b"ferrocache: metrics are at /metrics\n".to_vec(),
         ),
-        _ => ("404 Not Found", TEXT, "not found; metrics are at /metrics\n".into()),
+        _ => (
+            "404 Not Found",
+            TEXT,
+            b"not found; metrics are at /metrics\n".to_vec(),
+        ),
     }
 }

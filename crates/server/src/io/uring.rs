@@ -52,7 +52,7 @@ use crate::reply::splice::Splices;
 use crate::session::conn::{buffers, Conn, Status};
 use crate::session::Ahead;
 use crate::state::Shared;
-use crate::stats::latency::{now_ns, Recorder};
+use crate::stats::latency::{now_ticks, Recorder};
 use crate::stats::{bump, WorkerStats};
 
 mod send;
@@ -279,7 +279,7 @@ impl UringWorker {
                 slept = asleep.map(|t| t.elapsed());
             }
             if let Some(r) = &self.latency {
-                r.woke(now_ns());
+                r.woke(now_ticks());
             }
             let incoming = self.reap();
             // Only what came in says whether polling pays: the completions of our own

@@ -449,17 +449,18 @@ pub fn latency(shared: &Shared, buf: &mut Vec<u8>) {
         let name = command.name();
         let count = h.count();
         o.num(&format!("{name}:count"), count);
-        let mean = if count == 0 { 0 } else { h.sum_ns / count };
+        let mean = h.sum_ticks.checked_div(count).unwrap_or(0);
         o.str(&format!("{name}:mean_us"), &micros(mean));
         for (label, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999)] {
             o.str(&format!("{name}:{label}_us"), &micros(h.quantile(q)));
         }
-        o.str(&format!("{name}:max_us"), &micros(h.max_ns));
+        o.str(&format!("{name}:max_us"), &micros(h.max_ticks));
     }
     o.end();
 }
 
-/// Nanoseconds as microseconds with one decimal.
-fn micros(ns: u64) -> String {
+/// Ticks (`stats/latency.rs`) as microseconds with one decimal.
+fn micros(ticks: u64) -> String {
+    let ns = crate::stats::latency::ticks_to_ns(ticks);
     format!("{}.{}", ns / 1000, ns % 1000 / 100)
 }

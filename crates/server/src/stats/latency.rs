@@ -12,11 +12,13 @@
 //!   store, no locked instruction) and summed by whoever reads them
 //!   ([`super::StatsRegistry::latency`]).
 //!
-//! The buckets are log-linear, as HDR histograms: 16 per power of two, so a bucket's
-//! bounds are within 6.25 % of each other, from 1 ns to 2^40 ns (18 minutes; longer
-//! lands in the last bucket). A bucket holds the latencies `v` with `lo < v <= hi`, so
-//! the powers of two that [`Snapshot::at_most`] reads are exact, which Prometheus'
-//! `le` ("less or equal") needs.
+//! Time is counted in ticks of 2^-30 s (0.93 ns), so that every power of two of ticks
+//! is a power of two of seconds: the bucket bounds of a Prometheus native histogram of
+//! schema 0, and the `le` bounds of the classic one (`ops/metrics`), are then exact
+//! bounds of the buckets here. The buckets are log-linear, as HDR histograms: 16 per
+//! power of two, so a bucket's bounds are within 6.25 % of each other, from 1 tick to
+//! 2^40 ticks (17 minutes; longer lands in the last bucket). A bucket holds the
+//! latencies `v` with `lo < v <= hi`, as Prometheus' `le` ("less or equal") needs.
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,16 +78,19 @@ impl Command {
 
 const SUB_BITS: u32 = 4;
 const SUB: usize = 1 << SUB_BITS;
-/// Latencies from 2^TOP_EXP ns up share the last bucket.
+/// Ticks per second: time here is in units of 2^-30 s.
+pub const TICKS_PER_SEC: u64 = 1 << 30;
+/// Latencies from 2^TOP_EXP ticks up share the last bucket.
 const TOP_EXP: u32 = 40;
-/// Buckets per histogram: 16 exact ones below 16 ns, then 16 per power of two.
+/// Buckets per histogram: 16 exact ones below 16 ticks, then 16 per power of two.
 pub const BUCKETS: usize = (TOP_EXP - SUB_BITS + 1) as usize * SUB;
 
-/// The bucket of a latency of `ns` nanoseconds (`ns - 1` is what is placed, so that a
-/// bucket's upper bound belongs to it).
+/// The bucket of a latency of `t` ticks (`t - 1` is what is placed, so that a bucket's
+/// upper bound belongs to it).
 #[inline]
-fn bucket(ns: u64) -> usize {
-    let x = ns.saturating_sub(1);
+#[must_use]
+pub fn bucket(t: u64) -> usize {
+    let x = t.saturating_sub(1);
     if x < SUB as u64 {
         return x as usize;
     }
@@ -96,7 +101,7 @@ fn bucket(ns: u64) -> usize {
     (((e - SUB_BITS + 1) as usize) << SUB_BITS) + ((x >> (e - SUB_BITS)) as usize & (SUB - 1))
 }
 
-/// The largest latency, in ns, that bucket `i` holds.
+/// The largest latency, in ticks, that bucket `i` holds.
 #[must_use]
 pub fn upper_bound(i: usize) -> u64 {
     if i < SUB {
@@ -107,28 +112,42 @@ pub fn upper_bound(i: usize) -> u64 {
     lo + (1 << (e - SUB_BITS))
 }
 
-/// The monotonic clock in nanoseconds since the first call; never 0, which
-/// [`Recorder`] keeps for "no time".
+/// The monotonic clock in ticks since the first call; never 0, which [`Recorder`]
+/// keeps for "no time".
 #[must_use]
-pub fn now_ns() -> u64 {
+pub fn now_ticks() -> u64 {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
     let origin = *ORIGIN.get_or_init(Instant::now);
-    Instant::now().duration_since(origin).as_nanos() as u64 + 1
+    let d = Instant::now().duration_since(origin);
+    let sub = u64::from(d.subsec_nanos()) * TICKS_PER_SEC / 1_000_000_000;
+    (d.as_secs() << 30) + sub + 1
+}
+
+/// Ticks as nanoseconds.
+#[must_use]
+pub fn ticks_to_ns(t: u64) -> u64 {
+    (u128::from(t) * 1_000_000_000 / u128::from(TICKS_PER_SEC)) as u64
+}
+
+/// Ticks as seconds.
+#[must_use]
+pub fn ticks_to_secs(t: u64) -> f64 {
+    t as f64 / TICKS_PER_SEC as f64
 }
 
 /// One command's histogram, written by one worker.
 struct Histogram {
     buckets: Box<[AtomicU64]>,
-    sum_ns: AtomicU64,
-    max_ns: AtomicU64,
+    sum_ticks: AtomicU64,
+    max_ticks: AtomicU64,
 }
 
 impl Default for Histogram {
     fn default() -> Self {
         Histogram {
             buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
-            sum_ns: AtomicU64::new(0),
-            max_ns: AtomicU64::new(0),
+            sum_ticks: AtomicU64::new(0),
+            max_ticks: AtomicU64::new(0),
         }
     }
 }
@@ -155,15 +174,15 @@ impl std::fmt::Debug for Histograms {
 }
 
 impl Histograms {
-    /// Record `n` requests of `command` that took `ns` each. Only the owning worker
-    /// calls this.
+    /// Record `n` requests of `command` that took `t` ticks each. Only the owning
+    /// worker calls this.
     #[inline]
-    pub fn record(&self, command: Command, ns: u64, n: u32) {
+    pub fn record(&self, command: Command, t: u64, n: u32) {
         let h = &self.commands[command as usize];
-        add(&h.buckets[bucket(ns)], u64::from(n));
-        add(&h.sum_ns, ns.wrapping_mul(u64::from(n)));
-        if ns > h.max_ns.load(Ordering::Relaxed) {
-            h.max_ns.store(ns, Ordering::Relaxed);
+        add(&h.buckets[bucket(t)], u64::from(n));
+        add(&h.sum_ticks, t.wrapping_mul(u64::from(n)));
+        if t > h.max_ticks.load(Ordering::Relaxed) {
+            h.max_ticks.store(t, Ordering::Relaxed);
         }
     }
 
@@ -173,8 +192,8 @@ impl Histograms {
             for (b, t) in h.buckets.iter().zip(s.buckets.iter_mut()) {
                 *t += b.load(Ordering::Relaxed);
             }
-            s.sum_ns += h.sum_ns.load(Ordering::Relaxed);
-            s.max_ns = s.max_ns.max(h.max_ns.load(Ordering::Relaxed));
+            s.sum_ticks += h.sum_ticks.load(Ordering::Relaxed);
+            s.max_ticks = s.max_ticks.max(h.max_ticks.load(Ordering::Relaxed));
         }
     }
 
@@ -182,7 +201,7 @@ impl Histograms {
     /// at the same moment may survive the reset, which is harmless.
     pub fn reset_max(&self) {
         for h in &self.commands {
-            h.max_ns.store(0, Ordering::Relaxed);
+            h.max_ticks.store(0, Ordering::Relaxed);
         }
     }
 }
@@ -191,16 +210,16 @@ impl Histograms {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     pub buckets: Vec<u64>,
-    pub sum_ns: u64,
-    pub max_ns: u64,
+    pub sum_ticks: u64,
+    pub max_ticks: u64,
 }
 
 impl Default for Snapshot {
     fn default() -> Self {
         Snapshot {
             buckets: vec![0; BUCKETS],
-            sum_ns: 0,
-            max_ns: 0,
+            sum_ticks: 0,
+            max_ticks: 0,
         }
     }
 }
@@ -212,7 +231,7 @@ impl Snapshot {
         self.buckets.iter().sum()
     }
 
-    /// The `q` quantile (0 < q <= 1), in ns: the upper bound of the bucket the
+    /// The `q` quantile (0 < q <= 1), in ticks: the upper bound of the bucket the
     /// request at that rank is in, so within 6.25 % above the true value; never above
     /// the maximum. 0 with nothing recorded.
     #[must_use]
@@ -227,21 +246,21 @@ impl Snapshot {
             seen += n;
             if seen >= rank {
                 let bound = upper_bound(i);
-                return if self.max_ns > 0 {
-                    bound.min(self.max_ns)
+                return if self.max_ticks > 0 {
+                    bound.min(self.max_ticks)
                 } else {
                     bound
                 };
             }
         }
-        self.max_ns
+        self.max_ticks
     }
 
-    /// Requests that took at most `ns`, exactly where `ns` is a bucket's upper bound
-    /// (every power of two is), else counting the bucket `ns` falls in.
+    /// Requests that took at most `t` ticks, exactly where `t` is a bucket's upper
+    /// bound (every power of two is), else counting the bucket `t` falls in.
     #[must_use]
-    pub fn at_most(&self, ns: u64) -> u64 {
-        let last = bucket(ns);
+    pub fn at_most(&self, t: u64) -> u64 {
+        let last = bucket(t);
         self.buckets[..=last].iter().sum()
     }
 
@@ -255,8 +274,8 @@ impl Snapshot {
                 .zip(&base.buckets)
                 .map(|(a, b)| a.saturating_sub(*b))
                 .collect(),
-            sum_ns: self.sum_ns.saturating_sub(base.sum_ns),
-            max_ns: self.max_ns,
+            sum_ticks: self.sum_ticks.saturating_sub(base.sum_ticks),
+            max_ticks: self.max_ticks,
         }
     }
 }
@@ -285,10 +304,10 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// The worker woke at `ns` ([`now_ns`]) with input to run.
+    /// The worker woke at `t` ([`now_ticks`]) with input to run.
     #[inline]
-    pub fn woke(&self, ns: u64) {
-        self.woke.set(ns);
+    pub fn woke(&self, t: u64) {
+        self.woke.set(t);
     }
 
     /// When the worker last woke.
@@ -348,7 +367,7 @@ impl Recorder {
     #[inline]
     pub fn flush(&self, into: &Histograms) {
         if self.pending() {
-            self.sent(now_ns(), into);
+            self.sent(now_ticks(), into);
         }
     }
 }
@@ -389,7 +408,7 @@ mod tests {
         h.add_to(&mut s);
         let get = &s[Command::Get as usize];
         assert_eq!(get.count(), 1000);
-        assert_eq!(get.max_ns, 1_000_000);
+        assert_eq!(get.max_ticks, 1_000_000);
         for (q, want) in [(0.5, 500_000u64), (0.99, 990_000), (0.999, 999_000)] {
             let got = get.quantile(q);
             assert!(got >= want && got <= want + want / 16, "q{q}: {got}");
@@ -397,11 +416,14 @@ mod tests {
         assert_eq!(get.quantile(1.0), 1_000_000);
         assert_eq!(get.at_most(1 << 20), 1000);
         assert_eq!(get.at_most(1 << 19), 524);
-        assert_eq!(get.sum_ns, 1000 * 1001 / 2 * 1000);
+        assert_eq!(get.sum_ticks, 1000 * 1001 / 2 * 1000);
         let set = &s[Command::Set as usize];
-        assert_eq!((set.count(), set.sum_ns, set.max_ns), (3, 15_000, 5_000));
+        assert_eq!(
+            (set.count(), set.sum_ticks, set.max_ticks),
+            (3, 15_000, 5_000)
+        );
         let after = get.since(get);
-        assert_eq!((after.count(), after.sum_ns), (0, 0));
+        assert_eq!((after.count(), after.sum_ticks), (0, 0));
         assert_eq!(after.quantile(0.5), 0);
     }
 
@@ -421,12 +443,12 @@ mod tests {
         let mut s: [Snapshot; COMMANDS] = Default::default();
         h.add_to(&mut s);
         assert_eq!(s[Command::Get as usize].count(), 2);
-        assert_eq!(s[Command::Get as usize].max_ns, 1_000);
-        assert_eq!(s[Command::Meta as usize].sum_ns, 1_000);
-        assert_eq!(s[Command::Set as usize].max_ns, 700);
+        assert_eq!(s[Command::Get as usize].max_ticks, 1_000);
+        assert_eq!(s[Command::Meta as usize].sum_ticks, 1_000);
+        assert_eq!(s[Command::Set as usize].max_ticks, 700);
         // Nothing counted: nothing closed.
         r.close(5);
         assert!(!r.pending());
-        assert!(now_ns() > 0);
+        assert!(now_ticks() > 0);
     }
 }
