@@ -32,7 +32,7 @@ use super::tls::TlsStream;
 use super::wire::{self, Outcome};
 use super::Shared;
 use crate::config::{Config, Load};
-use crate::ketama::Ketama;
+use crate::placement::Placement;
 use crate::schedule::Schedule;
 use crate::stats::{Scope, Stats};
 use crate::verify;
@@ -175,7 +175,7 @@ enum End {
 pub struct Worker<'a> {
     cfg: &'a Config,
     shared: &'a Shared,
-    ketama: Option<&'a Ketama>,
+    ketama: Option<&'a Placement>,
     filler: &'a [u8],
     poll: Poll,
     conns: Vec<Conn>,
@@ -207,7 +207,7 @@ impl<'a> Worker<'a> {
     pub fn new(
         cfg: &'a Config,
         shared: &'a Shared,
-        ketama: Option<&'a Ketama>,
+        ketama: Option<&'a Placement>,
         filler: &'a [u8],
         setup: WorkerSetup,
     ) -> anyhow::Result<Worker<'a>> {
