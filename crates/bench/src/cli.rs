@@ -443,6 +443,9 @@ pub fn resolve(args: &Args) -> anyhow::Result<(Config, Mode)> {
     if udp && args.tls.tls {
         bail!("--tls and --udp exclude each other (memcached serves TLS on TCP only)");
     }
+    if args.keep_going && (udp || args.tls.tls) {
+        bail!("--keep-going redials plain TCP only (not --udp or --tls)");
+    }
     let cfg = Config {
         servers,
         hash: args.hash,

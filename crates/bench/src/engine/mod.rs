@@ -18,6 +18,7 @@
 
 mod alarm;
 mod preload;
+mod redial;
 mod stream;
 pub mod tls;
 pub mod wire;

@@ -27,6 +27,7 @@ use mmsg::{RecvBatch, SendBatch};
 use protocol::client::{ReplyBuffer, UdpHeader, UDP_HEADER_BYTES};
 
 use super::alarm::Alarm;
+use super::redial::{Dial, Down, DIAL_TIMEOUT_NS, HOLD_NS};
 use super::stream::{Stream, READ_CHUNK_BYTES};
 use super::tls::TlsStream;
 use super::wire::{self, Outcome};
@@ -144,6 +145,9 @@ struct Conn {
     dirty: bool,
     /// Sent ns per in-flight UDP part, parallel to `inflight`.
     sent_ns: VecDeque<u64>,
+    /// `--keep-going`: the connection is lost; `inflight` then holds the
+    /// requests issued to it meanwhile, unsent.
+    down: Option<Down>,
 }
 
 impl Conn {
@@ -199,6 +203,9 @@ pub struct Worker<'a> {
     outstanding: usize,
     max_outstanding: usize,
     next_session: usize,
+    /// `--keep-going`: this worker's lost connections, per server (each
+    /// loss and recovery is printed once per worker, not per connection).
+    down_per_server: Vec<usize>,
     index: usize,
     timeout_ns: u64,
 }
@@ -259,6 +266,7 @@ impl<'a> Worker<'a> {
                     failed: false,
                     dirty: false,
                     sent_ns: VecDeque::new(),
+                    down: None,
                 });
             }
             let seed = cfg.seed.wrapping_mul(0x9E37_79B9).wrapping_add(id as u64);
@@ -311,6 +319,7 @@ impl<'a> Worker<'a> {
             outstanding: 0,
             max_outstanding: setup.max_outstanding.max(1),
             next_session: 0,
+            down_per_server: vec![0; cfg.servers.len()],
             index: setup.index,
             timeout_ns: cfg.timeout.as_nanos() as u64,
         })
@@ -349,6 +358,9 @@ impl<'a> Worker<'a> {
                     self.issue_due(now);
                 }
             }
+            if self.cfg.keep_going {
+                self.redial_due(now, stopping);
+            }
             self.flush_dirty()?;
             if udp {
                 self.expire_udp(now);
@@ -357,7 +369,11 @@ impl<'a> Worker<'a> {
                 self.publish_progress();
                 next_progress_ns = now + 500_000_000;
             }
-            let timeout = self.poll_timeout(now, stopping)?;
+            let mut timeout = self.poll_timeout(now, stopping)?;
+            if self.down_per_server.iter().any(|&n| n > 0) {
+                // Wake to fail held requests and to start dials on time.
+                timeout = timeout.min(Duration::from_nanos(HOLD_NS));
+            }
             match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -372,6 +388,10 @@ impl<'a> Worker<'a> {
                     continue;
                 }
                 let ci = event.token().0;
+                if self.conns[ci].down.is_some() {
+                    self.on_dial_event(ci, now);
+                    continue;
+                }
                 if event.is_readable() || event.is_read_closed() || event.is_error() {
                     self.on_readable(ci, now)?;
                 }
@@ -499,7 +519,10 @@ impl<'a> Worker<'a> {
             }
             self.sessions[s].slots[slot_id as usize].parts_left += 1;
             let ci = self.sessions[s].conns[server];
-            self.compose_part(s, ci, server, kind);
+            let down = self.conns[ci].down.is_some();
+            if !down {
+                self.compose_part(s, ci, server, kind);
+            }
             let request_id = self.send_udp(ci, start_ns);
             self.conns[ci].inflight.push_back(Part {
                 slot: slot_id,
@@ -510,7 +533,9 @@ impl<'a> Worker<'a> {
                 corrupt: 0,
                 failed: false,
             });
-            self.mark_dirty(ci);
+            if !down {
+                self.mark_dirty(ci);
+            }
         }
     }
 
@@ -602,6 +627,11 @@ impl<'a> Worker<'a> {
                 }
             };
             if let Err(e) = stream.write_from(&mut conn.out, written) {
+                if self.cfg.keep_going {
+                    let now = self.now_ns();
+                    self.lose(ci, now);
+                    continue;
+                }
                 return Err(self.conn_error(server, e));
             }
         }
@@ -637,6 +667,10 @@ impl<'a> Worker<'a> {
         };
         match stream.read_into(rx, &mut self.scratch) {
             Ok(true) => {}
+            Ok(false) | Err(_) if self.cfg.keep_going => {
+                self.lose(ci, now);
+                return Ok(());
+            }
             Ok(false) => {
                 self.shared.abort.store(true, Ordering::Relaxed);
                 let s = &self.cfg.servers[server];
@@ -882,10 +916,16 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// At the end: whatever is still in flight timed out.
+    /// At the end: whatever is still in flight timed out (or, on a lost
+    /// connection, failed).
     fn time_out_everything(&mut self) {
         let now = self.now_ns();
         for ci in 0..self.conns.len() {
+            let end = if self.conns[ci].down.is_some() {
+                End::Failed
+            } else {
+                End::TimedOut
+            };
             while let Some(part) = self.conns[ci].inflight.pop_front() {
                 let conn = &self.conns[ci];
                 let session = &mut self.sessions[conn.session];
@@ -894,7 +934,7 @@ impl<'a> Worker<'a> {
                     conn.server,
                     part,
                     Answer {
-                        end: End::TimedOut,
+                        end,
                         hits: 0,
                         corrupt: 0,
                     },
@@ -903,6 +943,147 @@ impl<'a> Worker<'a> {
             }
         }
         self.outstanding = 0;
+    }
+
+    /// `--keep-going`: connection `ci` was closed or reset. Its requests in
+    /// flight fail, and it is redialled after a backoff.
+    fn lose(&mut self, ci: usize, now: u64) {
+        let conn = &mut self.conns[ci];
+        let server = conn.server;
+        if let LinkState::Tcp {
+            stream,
+            rx,
+            written,
+            ..
+        } = &mut conn.link
+        {
+            let _ = self.poll.registry().deregister(stream.socket());
+            rx.clear();
+            *written = 0;
+        }
+        conn.out.clear();
+        (conn.hits, conn.corrupt, conn.failed) = (0, 0, false);
+        conn.down = Some(Down::new(now));
+        if self.rec.window.measured(now) {
+            self.rec.stats.total.counters.disconnects += 1;
+            self.rec.stats.servers[server].counters.disconnects += 1;
+        }
+        self.down_per_server[server] += 1;
+        if self.down_per_server[server] == 1 {
+            let s = &self.cfg.servers[server];
+            eprintln!(
+                "ferrobench: lost a connection to server {} ({}); redialling",
+                s.name, s.addr
+            );
+        }
+        self.fail_inflight(ci, now);
+    }
+
+    /// Fails every request part queued on connection `ci`.
+    fn fail_inflight(&mut self, ci: usize, now: u64) {
+        let conn = &mut self.conns[ci];
+        while let Some(part) = conn.inflight.pop_front() {
+            let session = &mut self.sessions[conn.session];
+            let answer = Answer {
+                end: End::Failed,
+                hits: 0,
+                corrupt: 0,
+            };
+            if self.rec.complete(session, conn.server, part, answer, now) {
+                self.outstanding -= 1;
+                if self.cfg.load == Load::Closed {
+                    self.refill.push(conn.session);
+                }
+            }
+        }
+    }
+
+    /// `--keep-going`: starts the dials now due and gives up on those past
+    /// [`DIAL_TIMEOUT_NS`]. Once the run is stopping, held requests fail at
+    /// once and no new dial starts.
+    fn redial_due(&mut self, now: u64, stopping: bool) {
+        for ci in 0..self.conns.len() {
+            let addr = self.cfg.servers[self.conns[ci].server].addr;
+            let held = !self.conns[ci].inflight.is_empty();
+            let Some(down) = &mut self.conns[ci].down else {
+                continue;
+            };
+            if stopping {
+                if let Some((mut s, _)) = down.dialing.take() {
+                    let _ = self.poll.registry().deregister(&mut s);
+                }
+                self.fail_inflight(ci, now);
+                continue;
+            }
+            if held && now >= down.fail_held_at_ns {
+                down.fail_held_at_ns = now + HOLD_NS;
+                self.fail_inflight(ci, now);
+            }
+            let Some(down) = &mut self.conns[ci].down else {
+                continue;
+            };
+            match &mut down.dialing {
+                Some((s, began)) if now.saturating_sub(*began) >= DIAL_TIMEOUT_NS => {
+                    let _ = self.poll.registry().deregister(s);
+                    down.failed(now);
+                    self.fail_inflight(ci, now);
+                }
+                Some(_) => {}
+                None if now >= down.retry_at_ns => {
+                    let registered = down.dial(addr, now)
+                        && down.dialing.as_mut().is_some_and(|(s, _)| {
+                            self.poll
+                                .registry()
+                                .register(s, Token(ci), Interest::READABLE | Interest::WRITABLE)
+                                .is_ok()
+                        });
+                    if !registered {
+                        down.failed(now);
+                        self.fail_inflight(ci, now);
+                    }
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// `--keep-going`: an event on connection `ci` while it is lost: its dial
+    /// connected (the link is up again) or failed (back off).
+    fn on_dial_event(&mut self, ci: usize, now: u64) {
+        let conn = &mut self.conns[ci];
+        let Some(down) = &mut conn.down else {
+            return;
+        };
+        match down.check() {
+            Dial::Pending => return,
+            Dial::Failed => {
+                if let Some((s, _)) = &mut down.dialing {
+                    let _ = self.poll.registry().deregister(s);
+                }
+                down.failed(now);
+            }
+            Dial::Connected(socket) => {
+                conn.down = None;
+                if let LinkState::Tcp { stream, .. } = &mut conn.link {
+                    // Dropping the old stream closes the dead socket.
+                    *stream = Stream::Plain(socket);
+                }
+                if self.rec.window.measured(now) {
+                    self.rec.stats.total.counters.reconnects += 1;
+                    self.rec.stats.servers[conn.server].counters.reconnects += 1;
+                }
+                self.down_per_server[conn.server] -= 1;
+                if self.down_per_server[conn.server] == 0 {
+                    let s = &self.cfg.servers[conn.server];
+                    eprintln!("ferrobench: reconnected to server {} ({})", s.name, s.addr);
+                }
+            }
+        }
+        // The requests held while down were never sent: they fail either way.
+        self.fail_inflight(ci, now);
+        if !self.refill.is_empty() && now < self.shared.end_ns {
+            self.refill_sessions(now);
+        }
     }
 }
 
@@ -994,6 +1175,8 @@ impl Recorder {
         session.outstanding -= 1;
         if measured {
             self.last_done_ns = self.last_done_ns.max(now);
+            self.stats
+                .count_second(now.saturating_sub(w.warmup_ns), slot.failed);
             let timed_out = late || slot.timed_out;
             account(
                 &mut self.stats.total,
