@@ -18,7 +18,6 @@
 
 mod alarm;
 mod preload;
-mod redial;
 mod stream;
 pub mod tls;
 pub mod wire;
