@@ -114,6 +114,8 @@ struct Slot {
     corrupt: u32,
     failed: bool,
     timed_out: bool,
+    /// A part was lost with its connection: no latency sample.
+    lost: bool,
 }
 
 /// A UDP reply being reassembled from its datagrams.
@@ -183,6 +185,9 @@ enum End {
     Ok,
     Failed,
     TimedOut,
+    /// `--keep-going`: its connection was lost. A failure, but with no
+    /// reply there is no latency to record.
+    Lost,
 }
 
 pub struct Worker<'a> {
@@ -507,6 +512,7 @@ impl<'a> Worker<'a> {
             corrupt: 0,
             failed: false,
             timed_out: false,
+            lost: false,
         };
         let slot_id = match session.free.pop() {
             Some(i) => {
@@ -732,7 +738,7 @@ impl<'a> Worker<'a> {
         let now = self.now_ns();
         for ci in 0..self.conns.len() {
             let end = if self.conns[ci].down.is_some() {
-                End::Failed
+                End::Lost
             } else {
                 End::TimedOut
             };

@@ -55,8 +55,10 @@ impl Recorder {
         slot.parts_left -= 1;
         slot.hits += answer.hits;
         slot.corrupt += answer.corrupt;
-        slot.failed |= answer.end == End::Failed;
+        let failed = matches!(answer.end, End::Failed | End::Lost);
+        slot.failed |= failed;
         slot.timed_out |= answer.end == End::TimedOut;
+        slot.lost |= answer.end == End::Lost;
         let measured = w.measured(slot.start_ns);
         let mut latency = now.saturating_sub(slot.start_ns);
         if answer.end == End::TimedOut {
@@ -65,7 +67,6 @@ impl Recorder {
         let late = latency > w.timeout_ns;
         if measured {
             let scope = &mut self.stats.servers[server];
-            let failed = answer.end == End::Failed;
             let timed_out = late || answer.end == End::TimedOut;
             account(
                 scope,
@@ -75,7 +76,7 @@ impl Recorder {
                 answer.corrupt,
                 failed,
                 timed_out,
-                latency,
+                (answer.end != End::Lost).then_some(latency),
             );
         }
         if slot.parts_left > 0 {
@@ -86,8 +87,12 @@ impl Recorder {
         session.outstanding -= 1;
         if measured {
             self.last_done_ns = self.last_done_ns.max(now);
-            self.stats
-                .count_second(now.saturating_sub(w.warmup_ns), slot.failed);
+            // The drain after the end counts in the last measured second,
+            // so the timeline ends with the window, not with a stub.
+            let since_warmup = now
+                .min(w.end_ns.saturating_sub(1))
+                .saturating_sub(w.warmup_ns);
+            self.stats.count_second(since_warmup, slot.failed);
             let timed_out = late || slot.timed_out;
             account(
                 &mut self.stats.total,
@@ -97,7 +102,7 @@ impl Recorder {
                 slot.corrupt,
                 slot.failed,
                 timed_out,
-                latency,
+                (!slot.lost).then_some(latency),
             );
         }
         true
@@ -113,7 +118,7 @@ fn account(
     corrupt: u32,
     failed: bool,
     timed_out: bool,
-    latency_ns: u64,
+    latency_ns: Option<u64>,
 ) {
     let c = &mut scope.counters;
     c.ops += 1;
@@ -129,5 +134,7 @@ fn account(
     c.errors += u64::from(failed);
     c.timeouts += u64::from(timed_out);
     c.verify_failures += u64::from(corrupt);
-    scope.record(latency_ns);
+    if let Some(latency_ns) = latency_ns {
+        scope.record(latency_ns);
+    }
 }

@@ -142,7 +142,7 @@ impl Worker<'_> {
         while let Some(part) = conn.inflight.pop_front() {
             let session = &mut self.sessions[conn.session];
             let answer = Answer {
-                end: End::Failed,
+                end: End::Lost,
                 hits: 0,
                 corrupt: 0,
             };
