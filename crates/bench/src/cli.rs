@@ -13,6 +13,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 
 use crate::config::{Config, Load, Protocol, Server, Transport};
+use crate::placement::Distribution;
 use crate::schedule::Arrival;
 use crate::tls::{TlsClient, TlsOptions};
 use crate::verify::MIN_VERIFIED_VALUE_BYTES;
@@ -33,9 +34,16 @@ pub const PRESETS: &[&str] = &[
 #[derive(Debug, Parser)]
 #[command(name = "ferrobench", version, about)]
 pub struct Args {
-    /// Server HOST:PORT; repeat for several (keys spread by ketama).
+    /// Server HOST:PORT; repeat for several (keys spread by --hash).
     #[arg(long = "server", short = 's', value_name = "HOST:PORT")]
     pub servers: Vec<String>,
+    /// How keys are placed over several servers, to match a client or proxy.
+    #[arg(long = "hash", value_enum, default_value_t = Distribution::KetamaWeighted)]
+    pub hash: Distribution,
+    /// A connection closed, reset or refused mid-run counts as errors and is
+    /// redialled (100 ms backoff doubling to 1 s) instead of ending the run.
+    #[arg(long)]
+    pub keep_going: bool,
     /// Start from a preset workload (see --list-presets); flags override it.
     #[arg(long)]
     pub preset: Option<String>,
@@ -435,8 +443,13 @@ pub fn resolve(args: &Args) -> anyhow::Result<(Config, Mode)> {
     if udp && args.tls.tls {
         bail!("--tls and --udp exclude each other (memcached serves TLS on TCP only)");
     }
+    if args.keep_going && (udp || args.tls.tls) {
+        bail!("--keep-going redials plain TCP only (not --udp or --tls)");
+    }
     let cfg = Config {
         servers,
+        hash: args.hash,
+        keep_going: args.keep_going,
         transport: if udp { Transport::Udp } else { Transport::Tcp },
         tls: args.tls.client()?,
         protocol: k.protocol.unwrap_or(Protocol::Text),

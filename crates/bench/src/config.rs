@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::Duration;
 
+use crate::placement::Distribution;
 use crate::schedule::Arrival;
 use crate::tls::TlsClient;
 use crate::workload::Workload;
@@ -51,6 +52,11 @@ pub enum Load {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub servers: Vec<Server>,
+    /// `--hash`: how keys are placed over several servers.
+    pub hash: Distribution,
+    /// `--keep-going`: a lost connection counts as errors and is redialled
+    /// instead of ending the run.
+    pub keep_going: bool,
     pub transport: Transport,
     /// `--tls`: every TCP connection (preload included) speaks TLS.
     pub tls: Option<TlsClient>,

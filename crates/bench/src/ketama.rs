@@ -1,68 +1,105 @@
-//! libmemcached-compatible ketama consistent hashing, to spread keys over
-//! several `--server`s the way a libmemcached client with
-//! `MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED` (all weights equal) would.
+//! Ketama consistent hashing, in the three variants that clients and
+//! proxies actually deploy (chosen by `--hash`, see [`crate::placement`]):
 //!
 //! ```text
-//!   for each server, for i in 0..40:
+//!   ketama-weighted (libmemcached KETAMA_WEIGHTED) and twemproxy ketama:
+//!     for each server, for i in 0..40:
 //!       d = md5("host:port-i")        ("host-i" when port is 11211)
 //!       4 points: little-endian u32s d[0..4], d[4..8], d[8..12], d[12..16]
-//!   sort the 160*S points; a key goes to the first point >= md5(key)[0..4]
-//!   (as a little-endian u32), wrapping to the first point.
+//!   ketama (libmemcached KETAMA, pylibmc {"ketama": True}):
+//!     for each server, for i in 0..100:
+//!       1 point: one_at_a_time("host:port-i")   (same naming rule)
+//!
+//!   sort the points; a key goes to the first point >= hash(key), wrapping
+//!   to the first point. hash: md5 (weighted), one_at_a_time (plain),
+//!   fnv1a_64 (twemproxy's configured `hash:`).
 //! ```
 //!
-//! This follows libmemcached's `update_continuum` (hosts.cc) and
-//! `hashkit_md5`. The vectors in `matches_libmemcached` were produced by the
-//! real library (Debian bookworm's libmemcached11 1.1.4, libmemcached-awesome) with a small C program that
-//! sets `MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED` and calls
-//! `memcached_generate_hash`; see docs/ferrobench.md.
+//! This follows libmemcached's `update_continuum` (hosts.cc) and twemproxy's
+//! `ketama_update` (nc_ketama.c). The vectors in `matches_libmemcached` were
+//! produced by the real library (Debian bookworm's libmemcached11 1.1.4,
+//! libmemcached-awesome) with a small C program that sets
+//! `MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED` and calls `memcached_generate_hash`;
+//! the others are in `placement::tests`; see docs/ferrobench.md.
 
-use md5::{Digest, Md5};
+use crate::hashkit;
 
-/// memcached's default port: libmemcached leaves it out of the point names.
+/// memcached's default port: libmemcached and twemproxy leave it out of the
+/// point names.
 const DEFAULT_PORT: u16 = 11211;
-/// 160 points per equally weighted server, 4 per MD5 digest.
-const POINTS_PER_SERVER: usize = 160;
-const POINTS_PER_HASH: usize = 4;
+/// 160 points per equally weighted server, 4 per MD5 digest
+/// (libmemcached's weighted mode and twemproxy's `KETAMA_POINTS_PER_SERVER`).
+const MD5_POINTS_PER_SERVER: usize = 160;
+const MD5_POINTS_PER_HASH: usize = 4;
+/// libmemcached's `MEMCACHED_POINTS_PER_SERVER` for plain ketama, one per hash.
+const PLAIN_POINTS_PER_SERVER: usize = 100;
 
-/// The continuum: sorted (point, server index) pairs.
+/// The continuum: sorted (point, server index) pairs, and the key hash.
 #[derive(Clone, Debug)]
 pub struct Ketama {
     points: Vec<(u32, usize)>,
+    key_hash: fn(&[u8]) -> u32,
+}
+
+/// A point's name: "host-i" on memcached's default port, else "host:port-i".
+fn point_name(host: &str, port: u16, i: usize) -> String {
+    if port == DEFAULT_PORT {
+        format!("{host}-{i}")
+    } else {
+        format!("{host}:{port}-{i}")
+    }
 }
 
 impl Ketama {
-    /// Builds the continuum for servers given as (host name as written, port).
+    /// libmemcached's `MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED` (equal weights),
+    /// for servers given as (host name as written, port).
     pub fn new<S: AsRef<str>>(servers: &[(S, u16)]) -> Ketama {
-        let mut points = Vec::with_capacity(servers.len() * POINTS_PER_SERVER);
+        Self::md5_points(servers, hashkit::md5_le)
+    }
+
+    /// twemproxy's `distribution: ketama` with `hash: fnv1a_64`, servers
+    /// listed without a name (so named by "host:port", as here).
+    pub fn twemproxy<S: AsRef<str>>(servers: &[(S, u16)]) -> Ketama {
+        Self::md5_points(servers, hashkit::fnv1a_64_twemproxy)
+    }
+
+    /// libmemcached's plain `MEMCACHED_BEHAVIOR_KETAMA` with the default hash
+    /// (what pylibmc's `behaviors={"ketama": True}` sets): 100 points per
+    /// server, one per one-at-a-time hash, and one-at-a-time keys.
+    pub fn plain<S: AsRef<str>>(servers: &[(S, u16)]) -> Ketama {
+        let mut points = Vec::with_capacity(servers.len() * PLAIN_POINTS_PER_SERVER);
         for (index, (host, port)) in servers.iter().enumerate() {
-            for i in 0..POINTS_PER_SERVER / POINTS_PER_HASH {
-                let name = if *port == DEFAULT_PORT {
-                    format!("{}-{i}", host.as_ref())
-                } else {
-                    format!("{}:{port}-{i}", host.as_ref())
-                };
-                let digest = Md5::digest(name.as_bytes());
-                for chunk in digest.chunks_exact(4) {
-                    let point = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-                    points.push((point, index));
+            for i in 0..PLAIN_POINTS_PER_SERVER {
+                let name = point_name(host.as_ref(), *port, i);
+                points.push((hashkit::one_at_a_time(name.as_bytes()), index));
+            }
+        }
+        Self::sorted(points, hashkit::one_at_a_time)
+    }
+
+    fn md5_points<S: AsRef<str>>(servers: &[(S, u16)], key_hash: fn(&[u8]) -> u32) -> Ketama {
+        let mut points = Vec::with_capacity(servers.len() * MD5_POINTS_PER_SERVER);
+        for (index, (host, port)) in servers.iter().enumerate() {
+            for i in 0..MD5_POINTS_PER_SERVER / MD5_POINTS_PER_HASH {
+                let name = point_name(host.as_ref(), *port, i);
+                for at in 0..MD5_POINTS_PER_HASH {
+                    points.push((hashkit::md5_le_at(name.as_bytes(), at), index));
                 }
             }
         }
-        // libmemcached's qsort compares the point only; ties are left in
-        // build order here, which a stable sort keeps deterministic.
-        points.sort_by_key(|p| p.0);
-        Ketama { points }
+        Self::sorted(points, key_hash)
     }
 
-    /// The key's hash: the first four MD5 bytes, little-endian (`hashkit_md5`).
-    pub fn hash(key: &[u8]) -> u32 {
-        let d = Md5::digest(key);
-        u32::from_le_bytes([d[0], d[1], d[2], d[3]])
+    fn sorted(mut points: Vec<(u32, usize)>, key_hash: fn(&[u8]) -> u32) -> Ketama {
+        // libmemcached's and twemproxy's qsort compare the point only; ties
+        // are left in build order here, which a stable sort keeps deterministic.
+        points.sort_by_key(|p| p.0);
+        Ketama { points, key_hash }
     }
 
     /// The index of the server that owns `key`.
     pub fn server_of(&self, key: &[u8]) -> usize {
-        let h = Self::hash(key);
+        let h = (self.key_hash)(key);
         let i = self.points.partition_point(|p| p.0 < h);
         self.points.get(i).unwrap_or(&self.points[0]).1
     }
@@ -79,14 +116,6 @@ mod tests {
             ("10.0.1.3", 11211),
             ("10.0.1.4", 11211),
         ]
-    }
-
-    #[test]
-    fn md5_key_hash_known_values() {
-        // md5("") = d41d8cd98f00b204e9800998ecf8427e -> bytes d4 1d 8c d9 LE.
-        assert_eq!(Ketama::hash(b""), 0xd98c1dd4);
-        // md5("a") = 0cc175b9c0f1b6a831c399e269772661.
-        assert_eq!(Ketama::hash(b"a"), 0xb975c10c);
     }
 
     /// key -> server index and key hash, from libmemcached 1.1.4 for the
@@ -115,7 +144,7 @@ mod tests {
             ("127.0.0.1", 11311),
         ]);
         for &(key, server, hash) in LIBMEMCACHED_VECTORS {
-            assert_eq!(Ketama::hash(key.as_bytes()), hash, "hash of {key:?}");
+            assert_eq!(hashkit::md5_le(key.as_bytes()), hash, "hash of {key:?}");
             assert_eq!(k.server_of(key.as_bytes()), server, "server of {key:?}");
         }
         // libmemcached spreads key0..key9999 as 2536 / 2408 / 2441 / 2615.

@@ -11,7 +11,8 @@
 //! - [`workload`]: key/value sizes, key choice (uniform, Zipf), get:set mix,
 //!   multi-get batches; [`rng`] feeds it; [`verify`] checksums values.
 //! - [`schedule`]: open-loop intended send times (Poisson or fixed).
-//! - [`ketama`]: libmemcached-compatible key -> server mapping.
+//! - [`placement`] (`--hash`): key -> server mapping as libmemcached,
+//!   pylibmc or twemproxy place keys; [`ketama`] and [`hashkit`] under it.
 //! - [`search`]: `--slo` bisection and `--rate-sweep`.
 //! - [`report`] and [`plot`]: table, JSON, CSV, .hgrm and SVG.
 //! - [`compare`]: `ferrobench compare`, ferrocache against memcached and the
@@ -22,7 +23,9 @@ pub mod compare;
 pub mod config;
 pub mod engine;
 pub mod fdlimit;
+pub mod hashkit;
 pub mod ketama;
+pub mod placement;
 pub mod plot;
 pub mod report;
 pub mod rng;

@@ -90,6 +90,13 @@ fn run() -> anyhow::Result<ExitCode> {
             None => plot::latency_cdf(&headline.stats.total.latency, &format!("{title}: latency")),
         };
         std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+        let timeline_path = path.with_extension("timeline.svg");
+        let svg = plot::timeline(
+            &headline.stats.timeline,
+            &format!("{title}: requests and errors per second"),
+        );
+        std::fs::write(&timeline_path, svg)
+            .with_context(|| format!("writing {}", timeline_path.display()))?;
         if series.is_some() {
             let cdf_path = path.with_extension("cdf.svg");
             let svg = plot::latency_cdf(

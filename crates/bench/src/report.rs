@@ -95,6 +95,8 @@ pub struct RunReport {
     pub client_cpu_us_per_op: f64,
     pub counters: Counters,
     pub servers: Vec<ServerReport>,
+    /// Whole requests completed, and failed, per second after the warm-up.
+    pub timeline: Vec<crate::stats::Second>,
 }
 
 impl RunReport {
@@ -124,6 +126,7 @@ impl RunReport {
                     figures: ScopeReport::of(scope, secs),
                 })
                 .collect(),
+            timeline: r.stats.timeline.clone(),
         }
     }
 }
@@ -133,6 +136,8 @@ impl RunReport {
 struct ConfigReport<'a> {
     preset: Option<&'a str>,
     servers: Vec<&'a str>,
+    hash: crate::placement::Distribution,
+    keep_going: bool,
     transport: crate::config::Transport,
     /// `--tls`: every TCP connection speaks TLS.
     tls: bool,
@@ -199,6 +204,8 @@ pub fn json(
     let config = ConfigReport {
         preset,
         servers: cfg.servers.iter().map(|s| s.name.as_str()).collect(),
+        hash: cfg.hash,
+        keep_going: cfg.keep_going,
         transport: cfg.transport,
         tls: cfg.tls.is_some(),
         protocol: cfg.protocol,
@@ -294,6 +301,14 @@ pub fn table(cfg: &Config, run: &RunResult, out: &mut impl Write) -> std::io::Re
     }
     if cfg.verify {
         write!(out, ", verify failures {}", r.verify_failures)?;
+    }
+    if cfg.keep_going {
+        let c = &r.counters;
+        write!(
+            out,
+            ", connections lost {}, reconnected {}",
+            c.disconnects, c.reconnects
+        )?;
     }
     if r.lost_datagrams > 0 {
         write!(out, ", lost datagrams {}", r.lost_datagrams)?;

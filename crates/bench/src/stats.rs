@@ -39,6 +39,10 @@ pub struct Counters {
     pub verify_failures: u64,
     /// UDP: reply datagrams that never arrived.
     pub lost_datagrams: u64,
+    /// `--keep-going`: connections the server closed or reset mid-run.
+    pub disconnects: u64,
+    /// `--keep-going`: lost connections dialled again successfully.
+    pub reconnects: u64,
 }
 
 impl Counters {
@@ -54,6 +58,8 @@ impl Counters {
         self.dropped += o.dropped;
         self.verify_failures += o.verify_failures;
         self.lost_datagrams += o.lost_datagrams;
+        self.disconnects += o.disconnects;
+        self.reconnects += o.reconnects;
     }
 
     /// Values returned per key asked for; 1.0 when no get was made.
@@ -103,11 +109,22 @@ impl Scope {
     }
 }
 
-/// The statistics of a run or of one thread: the total and one scope per server.
+/// Whole requests completed in one second of the measured window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Second {
+    pub ops: u64,
+    /// Of those, the ones that failed (an error reply, or a lost connection).
+    pub errors: u64,
+}
+
+/// The statistics of a run or of one thread: the total, one scope per
+/// server, and the total per second.
 #[derive(Clone, Debug)]
 pub struct Stats {
     pub total: Scope,
     pub servers: Vec<Scope>,
+    /// Index i: requests completed i..i+1 s after the warm-up (drain included).
+    pub timeline: Vec<Second>,
 }
 
 impl Stats {
@@ -115,13 +132,31 @@ impl Stats {
         Stats {
             total: Scope::default(),
             servers: vec![Scope::default(); servers],
+            timeline: Vec::new(),
         }
+    }
+
+    /// Counts a whole request completed `since_warmup_ns` into the window.
+    pub fn count_second(&mut self, since_warmup_ns: u64, failed: bool) {
+        let i = (since_warmup_ns / 1_000_000_000) as usize;
+        if self.timeline.len() <= i {
+            self.timeline.resize(i + 1, Second::default());
+        }
+        self.timeline[i].ops += 1;
+        self.timeline[i].errors += u64::from(failed);
     }
 
     pub fn merge(&mut self, o: &Stats) {
         self.total.merge(&o.total);
         for (a, b) in self.servers.iter_mut().zip(&o.servers) {
             a.merge(b);
+        }
+        if self.timeline.len() < o.timeline.len() {
+            self.timeline.resize(o.timeline.len(), Second::default());
+        }
+        for (a, b) in self.timeline.iter_mut().zip(&o.timeline) {
+            a.ops += b.ops;
+            a.errors += b.errors;
         }
     }
 }
@@ -154,6 +189,22 @@ mod tests {
         assert_eq!(a.servers[0].latency.len(), 1000);
         assert_eq!(a.servers[1].latency.len(), 1000);
         assert!(a.total.latency.max() >= 1_999_000);
+    }
+
+    #[test]
+    fn timelines_merge_by_second() {
+        let mut a = Stats::new(1);
+        let mut b = Stats::new(1);
+        a.count_second(100, false);
+        b.count_second(2_500_000_000, true);
+        b.count_second(2_600_000_000, false);
+        a.merge(&b);
+        let want = [
+            Second { ops: 1, errors: 0 },
+            Second::default(),
+            Second { ops: 2, errors: 1 },
+        ];
+        assert_eq!(a.timeline, want);
     }
 
     #[test]

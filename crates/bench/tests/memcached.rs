@@ -389,5 +389,7 @@ fn csv_hdr_and_plot_outputs_are_written() {
         .unwrap()
         .contains("Percentile"));
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<polyline"));
+    let timeline = std::fs::read_to_string(dir.join("run.timeline.svg")).unwrap();
+    assert!(timeline.contains("requests/s"), "{timeline}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -33,7 +33,7 @@ use anyhow::{bail, Context};
 
 use crate::config::{Config, Load, Transport};
 use crate::fdlimit;
-use crate::ketama::Ketama;
+use crate::placement::Placement;
 use crate::schedule::Schedule;
 use crate::stats::{Scope, Stats};
 use tls::TlsStream;
@@ -166,15 +166,15 @@ fn filler(max: usize) -> Vec<u8> {
     (0..max).map(|i| b'a' + (i % 26) as u8).collect()
 }
 
-/// The ketama continuum, when there is more than one server.
-pub fn ketama_for(cfg: &Config) -> Option<Ketama> {
+/// The `--hash` placement, when there is more than one server.
+pub fn ketama_for(cfg: &Config) -> Option<Placement> {
     (cfg.servers.len() > 1).then(|| {
         let names: Vec<(&str, u16)> = cfg
             .servers
             .iter()
             .map(|s| (s.host.as_str(), s.port))
             .collect();
-        Ketama::new(&names)
+        Placement::new(cfg.hash, &names)
     })
 }
 

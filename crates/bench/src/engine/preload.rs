@@ -13,7 +13,7 @@ use protocol::client::ReplyBuffer;
 
 use super::{filler, wire, CONNECT_TIMEOUT};
 use crate::config::Config;
-use crate::ketama::Ketama;
+use crate::placement::Placement;
 use crate::rng::Rng;
 use crate::tls::Blocking;
 use crate::verify;
@@ -26,7 +26,7 @@ const BATCH: usize = 64;
 const PRELOAD_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Sets keys `0..cfg.total_keys()` over `cfg.threads` threads.
-pub fn run(cfg: &Config, ketama: Option<&Ketama>) -> anyhow::Result<()> {
+pub fn run(cfg: &Config, ketama: Option<&Placement>) -> anyhow::Result<()> {
     let total = cfg.total_keys();
     let threads = (cfg.threads as u64).clamp(1, total.max(1));
     let filler = filler(cfg.workload.value_size.max());
@@ -53,7 +53,7 @@ struct ServerConn {
 
 fn preload_range(
     cfg: &Config,
-    ketama: Option<&Ketama>,
+    ketama: Option<&Placement>,
     filler: &[u8],
     keys: std::ops::Range<u64>,
     thread: u64,

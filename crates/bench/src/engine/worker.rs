@@ -12,8 +12,12 @@
 //! ```
 //!
 //! A session has one connection per server. A request whose keys live on
-//! several servers (by ketama) is split into one part per server; the
+//! several servers (by `--hash`) is split into one part per server; the
 //! request completes with its last part. Per-server figures count parts.
+//!
+//! Beside this file: `udp` (datagrams, reassembly, expiry), `redial`
+//! (`--keep-going`: lost connections and their redials) and `recorder`
+//! (finished parts into statistics).
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -24,7 +28,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use mio::{Events, Interest, Poll, Token};
 use mmsg::{RecvBatch, SendBatch};
-use protocol::client::{ReplyBuffer, UdpHeader, UDP_HEADER_BYTES};
+use protocol::client::ReplyBuffer;
 
 use super::alarm::Alarm;
 use super::stream::{Stream, READ_CHUNK_BYTES};
@@ -32,11 +36,17 @@ use super::tls::TlsStream;
 use super::wire::{self, Outcome};
 use super::Shared;
 use crate::config::{Config, Load};
-use crate::ketama::Ketama;
+use crate::placement::Placement;
 use crate::schedule::Schedule;
-use crate::stats::{Scope, Stats};
+use crate::stats::Stats;
 use crate::verify;
 use crate::workload::{write_key, OpGen, OpKind, MAX_KEY_BYTES};
+use recorder::{Answer, Recorder, Window};
+use redial::{Down, HOLD_NS};
+
+mod recorder;
+mod redial;
+mod udp;
 
 /// Largest request datagram ferrobench sends (memcached reads at most 64 KiB).
 const UDP_MAX_REQUEST_BYTES: usize = 65536;
@@ -104,6 +114,8 @@ struct Slot {
     corrupt: u32,
     failed: bool,
     timed_out: bool,
+    /// A part was lost with its connection: no latency sample.
+    lost: bool,
 }
 
 /// A UDP reply being reassembled from its datagrams.
@@ -144,6 +156,9 @@ struct Conn {
     dirty: bool,
     /// Sent ns per in-flight UDP part, parallel to `inflight`.
     sent_ns: VecDeque<u64>,
+    /// `--keep-going`: the connection is lost; `inflight` then holds the
+    /// requests issued to it meanwhile, unsent.
+    down: Option<Down>,
 }
 
 impl Conn {
@@ -170,12 +185,15 @@ enum End {
     Ok,
     Failed,
     TimedOut,
+    /// `--keep-going`: its connection was lost. A failure, but with no
+    /// reply there is no latency to record.
+    Lost,
 }
 
 pub struct Worker<'a> {
     cfg: &'a Config,
     shared: &'a Shared,
-    ketama: Option<&'a Ketama>,
+    ketama: Option<&'a Placement>,
     filler: &'a [u8],
     poll: Poll,
     conns: Vec<Conn>,
@@ -199,6 +217,9 @@ pub struct Worker<'a> {
     outstanding: usize,
     max_outstanding: usize,
     next_session: usize,
+    /// `--keep-going`: this worker's lost connections, per server (each
+    /// loss and recovery is printed once per worker, not per connection).
+    down_per_server: Vec<usize>,
     index: usize,
     timeout_ns: u64,
 }
@@ -207,7 +228,7 @@ impl<'a> Worker<'a> {
     pub fn new(
         cfg: &'a Config,
         shared: &'a Shared,
-        ketama: Option<&'a Ketama>,
+        ketama: Option<&'a Placement>,
         filler: &'a [u8],
         setup: WorkerSetup,
     ) -> anyhow::Result<Worker<'a>> {
@@ -259,6 +280,7 @@ impl<'a> Worker<'a> {
                     failed: false,
                     dirty: false,
                     sent_ns: VecDeque::new(),
+                    down: None,
                 });
             }
             let seed = cfg.seed.wrapping_mul(0x9E37_79B9).wrapping_add(id as u64);
@@ -311,6 +333,7 @@ impl<'a> Worker<'a> {
             outstanding: 0,
             max_outstanding: setup.max_outstanding.max(1),
             next_session: 0,
+            down_per_server: vec![0; cfg.servers.len()],
             index: setup.index,
             timeout_ns: cfg.timeout.as_nanos() as u64,
         })
@@ -349,6 +372,9 @@ impl<'a> Worker<'a> {
                     self.issue_due(now);
                 }
             }
+            if self.cfg.keep_going {
+                self.redial_due(now, stopping);
+            }
             self.flush_dirty()?;
             if udp {
                 self.expire_udp(now);
@@ -357,7 +383,11 @@ impl<'a> Worker<'a> {
                 self.publish_progress();
                 next_progress_ns = now + 500_000_000;
             }
-            let timeout = self.poll_timeout(now, stopping)?;
+            let mut timeout = self.poll_timeout(now, stopping)?;
+            if self.down_per_server.iter().any(|&n| n > 0) {
+                // Wake to fail held requests and to start dials on time.
+                timeout = timeout.min(Duration::from_nanos(HOLD_NS));
+            }
             match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -372,6 +402,10 @@ impl<'a> Worker<'a> {
                     continue;
                 }
                 let ci = event.token().0;
+                if self.conns[ci].down.is_some() {
+                    self.on_dial_event(ci, now);
+                    continue;
+                }
                 if event.is_readable() || event.is_read_closed() || event.is_error() {
                     self.on_readable(ci, now)?;
                 }
@@ -478,6 +512,7 @@ impl<'a> Worker<'a> {
             corrupt: 0,
             failed: false,
             timed_out: false,
+            lost: false,
         };
         let slot_id = match session.free.pop() {
             Some(i) => {
@@ -499,7 +534,10 @@ impl<'a> Worker<'a> {
             }
             self.sessions[s].slots[slot_id as usize].parts_left += 1;
             let ci = self.sessions[s].conns[server];
-            self.compose_part(s, ci, server, kind);
+            let down = self.conns[ci].down.is_some();
+            if !down {
+                self.compose_part(s, ci, server, kind);
+            }
             let request_id = self.send_udp(ci, start_ns);
             self.conns[ci].inflight.push_back(Part {
                 slot: slot_id,
@@ -510,7 +548,9 @@ impl<'a> Worker<'a> {
                 corrupt: 0,
                 failed: false,
             });
-            self.mark_dirty(ci);
+            if !down {
+                self.mark_dirty(ci);
+            }
         }
     }
 
@@ -547,34 +587,6 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// UDP: queues what `compose_part` just wrote as one datagram (sent
-    /// with the rest of this wake-up's by `flush_dirty`) and returns its
-    /// request id; TCP: nothing to do yet (`u16::MAX` is never used as an
-    /// id, so it flags TCP).
-    fn send_udp(&mut self, ci: usize, now: u64) -> u16 {
-        let conn = &mut self.conns[ci];
-        let LinkState::Udp {
-            next_id, outbox, ..
-        } = &mut conn.link
-        else {
-            return u16::MAX;
-        };
-        let id = *next_id;
-        *next_id = if id == u16::MAX - 1 { 0 } else { id + 1 };
-        let header = UdpHeader {
-            request_id: id,
-            seq: 0,
-            total: 1,
-        }
-        .encode();
-        if UDP_HEADER_BYTES + conn.out.len() <= UDP_MAX_REQUEST_BYTES {
-            outbox.push(&[&header, &conn.out], None);
-        }
-        conn.out.clear();
-        conn.sent_ns.push_back(now);
-        id
-    }
-
     fn mark_dirty(&mut self, ci: usize) {
         if !self.conns[ci].dirty {
             self.conns[ci].dirty = true;
@@ -602,6 +614,11 @@ impl<'a> Worker<'a> {
                 }
             };
             if let Err(e) = stream.write_from(&mut conn.out, written) {
+                if self.cfg.keep_going {
+                    let now = self.now_ns();
+                    self.lose(ci, now);
+                    continue;
+                }
                 return Err(self.conn_error(server, e));
             }
         }
@@ -637,6 +654,10 @@ impl<'a> Worker<'a> {
         };
         match stream.read_into(rx, &mut self.scratch) {
             Ok(true) => {}
+            Ok(false) | Err(_) if self.cfg.keep_going => {
+                self.lose(ci, now);
+                return Ok(());
+            }
             Ok(false) => {
                 self.shared.abort.store(true, Ordering::Relaxed);
                 let s = &self.cfg.servers[server];
@@ -711,181 +732,16 @@ impl<'a> Worker<'a> {
         Ok(())
     }
 
-    /// UDP: drains the socket, reassembles replies by request id, and
-    /// completes the requests they answer.
-    fn on_udp_readable(&mut self, ci: usize, now: u64) -> anyhow::Result<()> {
-        let server = self.conns[ci].server;
-        loop {
-            let LinkState::Udp { socket, .. } = &self.conns[ci].link else {
-                unreachable!("UDP link");
-            };
-            // Up to 32 reply datagrams per recvmmsg.
-            let received = match self.inbox.recv(socket.as_raw_fd()) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(self.conn_error(server, e)),
-            };
-            for i in 0..received {
-                self.on_udp_datagram(ci, i, now)?;
-            }
-            if received < self.inbox.capacity() {
-                // Drained when the kernel returned; edge-triggered polling
-                // wakes us for anything newer.
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// UDP: the `i`th datagram of the last receive on connection `ci`.
-    fn on_udp_datagram(&mut self, ci: usize, i: usize, now: u64) -> anyhow::Result<()> {
-        let Some(datagram) = self.inbox.get(i) else {
-            return Ok(());
-        };
-        if datagram.truncated {
-            return Ok(());
-        }
-        let Some(h) = UdpHeader::decode(datagram.data) else {
-            return Ok(());
-        };
-        let payload = &datagram.data[UDP_HEADER_BYTES..];
-        let message: Vec<u8> = if h.total == 1 {
-            payload.to_vec()
-        } else {
-            let LinkState::Udp { partial, .. } = &mut self.conns[ci].link else {
-                unreachable!("UDP link");
-            };
-            let p = partial.entry(h.request_id).or_insert_with(|| Partial {
-                total: h.total,
-                chunks: vec![None; usize::from(h.total)],
-            });
-            if p.total != h.total || h.seq >= h.total {
-                return Ok(());
-            }
-            p.chunks[usize::from(h.seq)] = Some(payload.to_vec());
-            if p.chunks.iter().any(Option::is_none) {
-                return Ok(());
-            }
-            let p = partial.remove(&h.request_id).expect("present");
-            p.chunks.into_iter().flatten().flatten().collect()
-        };
-        self.complete_udp(ci, h.request_id, &message, now)
-    }
-
-    /// UDP: applies one reassembled message to the request it answers.
-    /// memcached 1.6 sends a multi-get's values as separate one-datagram
-    /// messages under the same request id, so a request stays in flight,
-    /// counting its hits, until a message carries its `END`.
-    fn complete_udp(&mut self, ci: usize, id: u16, message: &[u8], now: u64) -> anyhow::Result<()> {
-        let cfg = self.cfg;
-        let conn = &mut self.conns[ci];
-        let Some(at) = conn.inflight.iter().position(|p| p.request_id == id) else {
-            return Ok(()); // a late reply to a request already given up
-        };
-        let part = &mut conn.inflight[at];
-        let (mut pos, mut end) = (0, None);
-        while let Some((outcome, next)) = wire::outcome_at(cfg.protocol, message, pos, part.kind)
-            .with_context(|| {
-                format!(
-                    "bad UDP reply from server {}",
-                    cfg.servers[conn.server].name
-                )
-            })?
-        {
-            pos = next;
-            match outcome {
-                Outcome::Hit { key, value } => {
-                    part.hits += 1;
-                    if cfg.verify && !verify::check_value(&message[key.clone()], &message[value]) {
-                        part.corrupt += 1;
-                        report_corruption(&self.rec.stats, &message[key]);
-                    }
-                }
-                Outcome::Failed => part.failed = true,
-                Outcome::Done { ok } => {
-                    end = Some(if ok && !part.failed {
-                        End::Ok
-                    } else {
-                        End::Failed
-                    });
-                    break;
-                }
-            }
-        }
-        let Some(end) = end else {
-            return Ok(());
-        };
-        let part = conn.inflight.remove(at).expect("found");
-        conn.sent_ns.remove(at);
-        let session = &mut self.sessions[conn.session];
-        let answer = Answer {
-            end,
-            hits: part.hits,
-            corrupt: part.corrupt,
-        };
-        if self.rec.complete(session, conn.server, part, answer, now) {
-            self.outstanding -= 1;
-            if cfg.load == Load::Closed && now < self.shared.end_ns {
-                self.refill.push(conn.session);
-                self.refill_sessions(now);
-            }
-        }
-        Ok(())
-    }
-
-    /// UDP: gives up on requests older than `--timeout`, counting their
-    /// missing datagrams as lost.
-    fn expire_udp(&mut self, now: u64) {
-        let cfg = self.cfg;
-        for ci in 0..self.conns.len() {
-            loop {
-                let conn = &mut self.conns[ci];
-                let Some(&sent) = conn.sent_ns.front() else {
-                    break;
-                };
-                if now.saturating_sub(sent) < self.timeout_ns {
-                    break;
-                }
-                conn.sent_ns.pop_front();
-                let part = conn.inflight.pop_front().expect("parallel queues");
-                let LinkState::Udp { partial, .. } = &mut conn.link else {
-                    break;
-                };
-                let lost = partial.remove(&part.request_id).map_or(1, |p| {
-                    p.chunks.iter().filter(|c| c.is_none()).count() as u64
-                });
-                let measured = self
-                    .rec
-                    .window
-                    .measured(self.sessions[conn.session].slots[part.slot as usize].start_ns);
-                if measured {
-                    self.rec.stats.total.counters.lost_datagrams += lost;
-                    self.rec.stats.servers[conn.server].counters.lost_datagrams += lost;
-                }
-                let session = &mut self.sessions[conn.session];
-                let finished = self.rec.complete(
-                    session,
-                    conn.server,
-                    part,
-                    Answer {
-                        end: End::TimedOut,
-                        hits: 0,
-                        corrupt: 0,
-                    },
-                    now,
-                );
-                self.outstanding -= usize::from(finished);
-                if finished && cfg.load == Load::Closed {
-                    self.refill.push(conn.session);
-                }
-            }
-        }
-    }
-
-    /// At the end: whatever is still in flight timed out.
+    /// At the end: whatever is still in flight timed out (or, on a lost
+    /// connection, failed).
     fn time_out_everything(&mut self) {
         let now = self.now_ns();
         for ci in 0..self.conns.len() {
+            let end = if self.conns[ci].down.is_some() {
+                End::Lost
+            } else {
+                End::TimedOut
+            };
             while let Some(part) = self.conns[ci].inflight.pop_front() {
                 let conn = &self.conns[ci];
                 let session = &mut self.sessions[conn.session];
@@ -894,7 +750,7 @@ impl<'a> Worker<'a> {
                     conn.server,
                     part,
                     Answer {
-                        end: End::TimedOut,
+                        end,
                         hits: 0,
                         corrupt: 0,
                     },
@@ -913,127 +769,4 @@ fn report_corruption(stats: &Stats, key: &[u8]) {
             String::from_utf8_lossy(key)
         );
     }
-}
-
-/// The run's time window as a worker sees it.
-#[derive(Clone, Copy, Debug)]
-struct Window {
-    warmup_ns: u64,
-    end_ns: u64,
-    timeout_ns: u64,
-}
-
-impl Window {
-    fn measured(&self, start_ns: u64) -> bool {
-        start_ns >= self.warmup_ns && start_ns < self.end_ns
-    }
-}
-
-/// How a part was answered.
-#[derive(Clone, Copy)]
-struct Answer {
-    end: End,
-    hits: u32,
-    corrupt: u32,
-}
-
-/// Turns finished requests into statistics.
-struct Recorder {
-    stats: Stats,
-    window: Window,
-    /// When the last measured request completed (ns since start).
-    last_done_ns: u64,
-}
-
-impl Recorder {
-    /// Records a finished part into its server's scope and, with its last
-    /// part, the whole request into the total. Frees the session's slot.
-    /// Returns true when this was the request's last part.
-    #[must_use = "the worker's outstanding count drops only when a request finishes"]
-    fn complete(
-        &mut self,
-        session: &mut Session,
-        server: usize,
-        part: Part,
-        answer: Answer,
-        now: u64,
-    ) -> bool {
-        let w = self.window;
-        let slot = &mut session.slots[part.slot as usize];
-        slot.parts_left -= 1;
-        slot.hits += answer.hits;
-        slot.corrupt += answer.corrupt;
-        slot.failed |= answer.end == End::Failed;
-        slot.timed_out |= answer.end == End::TimedOut;
-        let measured = w.measured(slot.start_ns);
-        let mut latency = now.saturating_sub(slot.start_ns);
-        if answer.end == End::TimedOut {
-            latency = latency.max(w.timeout_ns);
-        }
-        let late = latency > w.timeout_ns;
-        if measured {
-            let scope = &mut self.stats.servers[server];
-            let failed = answer.end == End::Failed;
-            let timed_out = late || answer.end == End::TimedOut;
-            account(
-                scope,
-                part.kind,
-                part.nkeys,
-                answer.hits,
-                answer.corrupt,
-                failed,
-                timed_out,
-                latency,
-            );
-        }
-        if slot.parts_left > 0 {
-            return false;
-        }
-        let slot = *slot;
-        session.free.push(part.slot);
-        session.outstanding -= 1;
-        if measured {
-            self.last_done_ns = self.last_done_ns.max(now);
-            let timed_out = late || slot.timed_out;
-            account(
-                &mut self.stats.total,
-                slot.kind,
-                slot.nkeys,
-                slot.hits,
-                slot.corrupt,
-                slot.failed,
-                timed_out,
-                latency,
-            );
-        }
-        true
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn account(
-    scope: &mut Scope,
-    kind: OpKind,
-    nkeys: u32,
-    hits: u32,
-    corrupt: u32,
-    failed: bool,
-    timed_out: bool,
-    latency_ns: u64,
-) {
-    let c = &mut scope.counters;
-    c.ops += 1;
-    c.keys += u64::from(nkeys);
-    match kind {
-        OpKind::Get => {
-            c.gets += 1;
-            c.get_keys += u64::from(nkeys);
-            c.hits += u64::from(hits);
-        }
-        OpKind::Set => c.sets += 1,
-    }
-    c.errors += u64::from(failed);
-    c.timeouts += u64::from(timed_out);
-    c.verify_failures += u64::from(corrupt);
-    scope.record(latency_ns);
 }

@@ -33,37 +33,45 @@ impl Memcached {
             "{MEMCACHED} is missing: install it with `apt-get install -y memcached` (scripts install it for CI)"
         );
         for _ in 0..START_ATTEMPTS {
-            let port = free_port();
-            let udp_port = if udp {
-                port.to_string()
-            } else {
-                "0".to_string()
-            };
-            let child = Command::new(MEMCACHED)
-                .args([
-                    "-u",
-                    "root",
-                    "-l",
-                    "127.0.0.1",
-                    "-t",
-                    "1",
-                    "-m",
-                    "256",
-                    "-p",
-                ])
-                .arg(port.to_string())
-                .args(["-U", &udp_port])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("starting memcached");
-            let mut mc = Memcached { child, port };
-            if mc.wait_ready() {
+            if let Some(mc) = Self::try_start_on(free_port(), udp) {
                 return mc;
             }
-            // `mc` drops here: killed by PID and reaped before the next try.
         }
         panic!("memcached did not start on a port of its own in {START_ATTEMPTS} attempts");
+    }
+
+    /// Starts memcached on `port`; None when another process answers there
+    /// (or it exited), so the caller can retry.
+    pub fn try_start_on(port: u16, udp: bool) -> Option<Memcached> {
+        let udp_port = if udp {
+            port.to_string()
+        } else {
+            "0".to_string()
+        };
+        let child = Command::new(MEMCACHED)
+            .args([
+                "-u",
+                "root",
+                "-l",
+                "127.0.0.1",
+                "-t",
+                "1",
+                "-m",
+                "256",
+                "-p",
+            ])
+            .arg(port.to_string())
+            .args(["-U", &udp_port])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting memcached");
+        let mut mc = Memcached { child, port };
+        if mc.wait_ready() {
+            return Some(mc);
+        }
+        // `mc` drops here: killed by PID and reaped before the caller retries.
+        None
     }
 
     /// Polls (bounded: 5 s) until memcached answers on its port with its own
@@ -119,6 +127,11 @@ fn stats_pid(port: u16) -> Option<u32> {
 
 /// The PID that `stats` on an open connection (plain or TLS) reports.
 pub fn stats_pid_on(conn: &mut (impl Read + Write)) -> Option<u32> {
+    stat_on(conn, "pid").map(|pid| pid as u32)
+}
+
+/// The value of the numeric `stats` line `name` on an open connection.
+pub fn stat_on(conn: &mut (impl Read + Write), name: &str) -> Option<u64> {
     conn.write_all(b"stats\r\n").ok()?;
     let mut reply = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -129,10 +142,11 @@ pub fn stats_pid_on(conn: &mut (impl Read + Write)) -> Option<u32> {
         }
         reply.extend_from_slice(&chunk[..n]);
     }
+    let prefix = format!("STAT {name} ");
     String::from_utf8_lossy(&reply)
         .lines()
-        .find_map(|line| line.strip_prefix("STAT pid "))
-        .and_then(|pid| pid.trim().parse().ok())
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Runs ferrobench with `args`.
