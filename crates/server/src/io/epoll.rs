@@ -200,7 +200,12 @@ impl Worker {
             for idx in std::mem::take(&mut self.again) {
                 self.drive(idx);
             }
-            // Requests of connections closed before their replies went out.
+            // Every reply of this turn is the kernel's now: one clock read ends the
+            // latency of all their requests, as on io_uring, where they leave with the
+            // next `io_uring_enter`. A reply written early in a long turn is timed to
+            // the turn's end, at most the turn's length late; per connection, the
+            // clock read cost a fifth of a one-key get's instructions
+            // (docs/perf-notes.md, "Latency histograms").
             if let Some(r) = &self.latency {
                 r.flush(&self.stats.latency);
             }
@@ -302,9 +307,6 @@ impl Worker {
             latency: self.latency.as_ref(),
         };
         self.udp[i].serve(&exec);
-        if let Some(r) = &self.latency {
-            r.flush(&self.stats.latency);
-        }
     }
 
     fn close(&mut self, idx: usize, reason: CloseReason) {
@@ -441,10 +443,6 @@ impl Worker {
                         return;
                     }
                 }
-            }
-            // The replies are the kernel's now: the latency of their requests ends.
-            if let Some(r) = &self.latency {
-                r.flush(&self.stats.latency);
             }
             let pending = !client.conn.output().is_empty()
                 || client.tls.as_ref().is_some_and(|t| t.wants_write());

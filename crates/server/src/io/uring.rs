@@ -453,9 +453,6 @@ impl UringWorker {
                         if let Some(u) = udp.get_mut((token & !UDP_TOKEN) as usize) {
                             u.serve(&exec);
                         }
-                        if let Some(r) = latency.as_ref() {
-                            r.flush(&stats.latency);
-                        }
                     }
                 }
             }
