@@ -1,5 +1,5 @@
 //! Key hash functions of the common memcached clients and of twemproxy, bit
-//! for bit, so [`crate::placement`] puts keys where those clients would.
+//! for bit, so `placement.rs` puts keys where those clients would.
 //!
 //! - [`md5_le`]: libmemcached's `hashkit_md5` (the first four digest bytes,
 //!   little-endian); the key hash of ketama-weighted and the point hash of

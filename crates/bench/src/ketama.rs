@@ -1,5 +1,5 @@
 //! Ketama consistent hashing, in the three variants that clients and
-//! proxies actually deploy (chosen by `--hash`, see [`crate::placement`]):
+//! proxies actually deploy (chosen by `--hash`, see `placement.rs`):
 //!
 //! ```text
 //!   ketama-weighted (libmemcached KETAMA_WEIGHTED) and twemproxy ketama:
