@@ -46,6 +46,8 @@ FERROCACHE_EXTRA_SETTINGS = {
     "large_pages",
     "udp_gso",
     "zero_copy_min",
+    "latency_histograms",
+    "metrics_listen",
 }
 
 # 40 keys: ten each of four sizes, in different slab classes; flags vary, and every
