@@ -49,13 +49,15 @@ use crate::io::worker::{
 };
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
-use crate::session::conn::{buffers, Conn, Status};
+use crate::session::conn::{buffers, Conn};
 use crate::session::Ahead;
 use crate::state::Shared;
 use crate::stats::latency::{now_ticks, Recorder};
 use crate::stats::{bump, WorkerStats};
 
+mod drive;
 mod send;
+use drive::drive_client;
 use send::{send_spliced, start_send};
 
 /// Test hook: when set, `--io-backend=uring` and `auto` behave as on a kernel
@@ -710,114 +712,6 @@ impl UringWorker {
         // Sockets accepted in the last turn were never served.
         self.accepted.clear();
     }
-}
-
-/// [`UringWorker::drive`] for one connection; false when it must close.
-fn drive_client(
-    ring: &mut Ring,
-    exec: &Exec<'_>,
-    ahead: &mut Ahead,
-    c: &mut Client,
-    draining: bool,
-) -> bool {
-    if c.broken {
-        return false;
-    }
-    if c.watching.is_some() {
-        // Waiting for the cancelled receive and the last send: nothing more runs.
-        return true;
-    }
-    match c.tls_failed {
-        Some(Failure::NotTls) => return false,
-        Some(Failure::Alert) => {
-            // Send the alert rustls queued, then close; nothing more is read or run.
-            c.tls_failed = None;
-            c.close_after_write = true;
-            c.eof = false;
-        }
-        None => {}
-    }
-    if let Some(out) = &c.out {
-        if c.out_sent < out.len() {
-            if c.eof {
-                // As the epoll worker: after end of stream, what the socket
-                // did not take is dropped.
-                return false;
-            }
-            // A short send: the rest goes first.
-            let out = c.out.take().expect("checked");
-            ring.send(c.fd.as_raw_fd(), c.token, out, c.out_sent);
-        }
-    }
-    if draining || c.close_after_write {
-        start_send(ring, c, exec.stats);
-    } else {
-        loop {
-            let status = c.conn.process(exec, ahead);
-            if status == Status::Close {
-                if let Some(splices) = exec.sink.splices {
-                    splices.borrow_mut().release(&exec.shared.store);
-                }
-                return false;
-            }
-            if let Status::Watch { streams } = status {
-                if c.tls.is_none() {
-                    c.watching = Some(streams);
-                    if c.recv_armed && !c.cancelling {
-                        ring.cancel_recv(c.token);
-                        c.cancelling = true;
-                    }
-                    return true;
-                }
-                // The logger writes plain sockets only: a TLS connection is refused
-                // and stays an ordinary connection.
-                exec.shared.watch.release();
-                c.conn
-                    .refuse_watch(b"ERROR watch is not supported over TLS\r\n");
-            }
-            let Some(sent) = send_spliced(exec, c) else {
-                return false;
-            };
-            if status == Status::CloseAfterWrite {
-                c.close_after_write = true;
-                if let Some(t) = c.tls.as_mut() {
-                    bump(&exec.stats.bytes_written, t.seal(&mut c.conn) as u64);
-                    t.close_notify();
-                }
-            }
-            let moved = start_send(ring, c, exec.stats) || sent;
-            // Replies moved to the send buffer: requests held back by the
-            // output high-water mark can run now.
-            if !(moved && c.conn.stalled_on_output()) {
-                break;
-            }
-        }
-    }
-    let idle_output = !c.send_in_flight() && c.conn.output().is_empty() && !c.tls_waiting();
-    if idle_output && (c.eof || c.close_after_write) {
-        return false;
-    }
-    if c.eof || c.close_after_write || draining {
-        return true;
-    }
-    let full = c.conn.buffered() >= c.conn.read_limit() || c.conn.output_blocked();
-    if full {
-        if c.recv_armed && !c.cancelling {
-            ring.cancel_recv(c.token);
-            c.cancelling = true;
-        }
-    } else if !c.recv_armed {
-        ring.recv_multi(c.fd.as_raw_fd(), c.token);
-        c.recv_armed = true;
-    }
-    if idle_output {
-        if let Some(out) = &mut c.out {
-            // Counted and given back with the connection's buffers (`buffers.rs`);
-            // with half a request buffered, only counted.
-            c.conn.shrink_idle_with(out);
-        }
-    }
-    true
 }
 
 fn mark(dirty: &mut Vec<usize>, c: &mut Client, idx: usize) {

@@ -14,6 +14,7 @@
 //! ```
 
 pub mod buffers;
+mod gets;
 mod log;
 mod memory;
 mod modes;
@@ -23,7 +24,7 @@ use std::io::{self, IoSlice};
 use protocol::binary::REQUEST_MAGIC;
 use protocol::fast::{parse_fast_get, parse_fast_store};
 use protocol::text::{
-    frame_line, parse_request, GetCommand, Keys, LineFrame, Request, StatsGroup, StoreCommand,
+    frame_line, parse_request, GetCommand, Keys, LineFrame, Request, StatsGroup,
     MAX_GET_LINE_BYTES, MAX_KEY_LEN,
 };
 use storage::Store;
@@ -34,8 +35,8 @@ use crate::ops::{memcached_item_fits, Exec};
 use crate::proto::text::StoreRequest;
 use crate::proto::Flow;
 use crate::reply::splice::{Output, Splices};
-use crate::session::ahead::{Ahead, Kind};
-use crate::stats::latency::Command;
+use crate::session::ahead::Ahead;
+use gets::{class_of, get_class};
 
 /// Smallest free space offered to a read.
 const READ_CHUNK_BYTES: usize = buffers::CHUNK;
@@ -760,77 +761,6 @@ impl Conn {
         }
     }
 
-    /// Run a request parsed ahead (`ahead.rs`); it starts at `rpos`. Inlined by
-    /// force: with a set's store path inlined in it, LLVM made it a call of its own,
-    /// paid by every pipelined request.
-    #[inline(always)]
-    fn run_ahead(&mut self, exec: &Exec<'_>, ahead: &Ahead, i: usize) {
-        let item = ahead.item(i);
-        let at = self.rpos;
-        let key_at = at + item.key_at as usize;
-        let key = &self.rbuf[key_at..key_at + item.key_len as usize];
-        let hashed = (item.hash, item.peeked);
-        match item.kind {
-            Kind::Get(command) => {
-                let done = exec.get_one(
-                    command,
-                    key,
-                    Some(hashed),
-                    &mut self.wbuf,
-                    &mut self.flush_mark,
-                );
-                // Queued only when `get_one` takes it: a key short enough, no null
-                // store, no touch.
-                debug_assert!(done);
-                exec.timed(get_class(command, false));
-            }
-            Kind::Set { flags, exptime } => {
-                let data = &self.rbuf[at + item.data_at as usize..at + item.total as usize];
-                let request = StoreRequest {
-                    command: StoreCommand::Set,
-                    key,
-                    flags,
-                    exptime,
-                    cas: 0,
-                    noreply: false,
-                    data,
-                    hashed: Some(hashed),
-                };
-                exec.execute_store_inlined(request, &mut self.wbuf);
-                exec.timed(Command::Set);
-            }
-        }
-        self.rpos += item.total as usize;
-    }
-
-    /// Finish or pause a retrieval command whose line is at `rpos`: `paused`
-    /// is where its next key starts when the output reached the high-water
-    /// mark ([`Exec::get`]).
-    fn after_get(
-        &mut self,
-        paused: Option<usize>,
-        command: GetCommand,
-        exptime: i32,
-        end: usize,
-        next: usize,
-    ) -> bool {
-        match paused {
-            None => self.rpos += next,
-            Some(key_pos) => {
-                // `process` sees the blocked output on its next turn and stops
-                // until the socket drains; the line stays in the input.
-                self.paused_get = Some(PausedGet {
-                    command,
-                    exptime,
-                    end,
-                    next,
-                    key_pos,
-                });
-            }
-        }
-        true
-    }
-
     /// Make room for a request of `total` bytes starting at `rpos`, so its
     /// data block is read in as few system calls as possible.
     fn wait_for(&mut self, total: usize) {
@@ -843,34 +773,5 @@ impl Conn {
                 self.rbuf.resize(total, 0);
             }
         }
-    }
-}
-
-/// The latency class of a retrieval command (`stats/latency.rs`).
-#[inline(always)]
-fn get_class(command: GetCommand, multi: bool) -> Command {
-    match command {
-        GetCommand::Gat | GetCommand::Gats => Command::Touch,
-        GetCommand::Get | GetCommand::Gets if multi => Command::MultiGet,
-        GetCommand::Get | GetCommand::Gets => Command::Get,
-    }
-}
-
-/// The latency class of a text request off the general path.
-fn class_of(request: &Request<'_>) -> Command {
-    match request {
-        Request::Get { command, keys, .. } => {
-            let multi = keys.single_key().is_none() && {
-                let mut rest = keys.clone();
-                rest.next().is_some() && rest.has_more()
-            };
-            get_class(*command, multi)
-        }
-        Request::Store { .. } => Command::Set,
-        Request::Meta(_) | Request::MetaNoop => Command::Meta,
-        Request::Delete { .. } => Command::Delete,
-        Request::Arith { .. } => Command::Incr,
-        Request::Touch { .. } => Command::Touch,
-        _ => Command::Other,
     }
 }
