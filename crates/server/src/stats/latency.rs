@@ -6,8 +6,8 @@
 //! - [`Recorder`], owned by one worker and never shared: the session counts each
 //!   request's command into it ([`Recorder::count`]), closes the connection's batch
 //!   with the time its input arrived ([`Recorder::close`]), and the backend stamps
-//!   every closed batch when it hands the replies to the kernel ([`Recorder::sent`]).
-//!   That is two clock reads per wake-up and one per send, not per request.
+//!   every batch closed in a turn once, when the turn's replies go to the kernel
+//!   ([`Recorder::flush`]). That is two clock reads per worker turn, none per request.
 //! - [`Histograms`], one per worker, written by that worker alone (relaxed load and
 //!   store, no locked instruction) and summed by whoever reads them
 //!   ([`super::StatsRegistry::latency`]).
