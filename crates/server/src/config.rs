@@ -169,6 +169,8 @@ pub struct Settings {
     /// Every `-o` option as given, for `stats settings` (the `ssl_*` ones are in
     /// `tls` instead).
     pub extended: Vec<(String, String)>,
+    /// The flash tier, from `-o ext_path=...` and the other `ext_*` options.
+    pub flash: Option<storage::FlashConfig>,
     /// `-Z` and `-o ssl_*` (`config/tls.rs`).
     pub tls: TlsOptions,
     /// `-e`: the memory file of a warm restart (`state/restart.rs`).
@@ -676,6 +678,7 @@ impl Settings {
             auth_file,
             daemonize,
             max_core,
+            flash: ext.flash_config(),
             extended: ext.list,
             memory_file,
             classes: storage::ClassConfig {

@@ -387,7 +387,13 @@ impl Store {
             if let Some(mut o) = table.find_entry(h, |e| e == me) {
                 let hdr: Header = self.header(held, me);
                 let fetched = hdr.mark & MARK_FETCHED != 0;
-                match self.liveness(&hdr, now) {
+                let mut live = self.liveness(&hdr, now);
+                // A stub whose page was reused holds nothing any more: dropped like an
+                // expired item, not counted as an eviction.
+                if hdr.prefix.flash && live == Liveness::Live && !self.stub_current(held, me) {
+                    live = Liveness::Expired;
+                }
+                match live {
                     Liveness::Expired | Liveness::Flushed => {
                         o.remove();
                         let class = self.unlinked(held, stats, me);
@@ -397,8 +403,13 @@ impl Store {
                             c.expired_unfetched += 1;
                         }
                     }
+                    // Stubs are kept like read items: they are small (a header, the key and
+                    // 16 bytes), and the value they stand for is on flash, whose own
+                    // page evictions decide how long it stays.
                     Liveness::Live
-                        if keep_all || (hdr.mark & MARK_ACCESSED != 0 && kept + len <= budget) =>
+                        if keep_all
+                            || ((hdr.mark & MARK_ACCESSED != 0 || hdr.prefix.flash)
+                                && kept + len <= budget) =>
                     {
                         // Moved down over bytes already unlinked or moved, under the
                         // item's shard lock (rule 2).
@@ -416,38 +427,68 @@ impl Store {
                             kept += len;
                         }
                     }
+                    Liveness::Live if !keep_all && self.flash_wants(&hdr, kept, budget, now) => {
+                        // Its value goes to flash and the item stays indexed as a stub at
+                        // the front of the kept records (`store/flash.rs`); if the flash
+                        // write fails it is evicted like any other.
+                        match self.to_flash(&mut walk, &rec, held, stats, me) {
+                            Some(dest) => {
+                                o.replace(pack(seg, dest as u32));
+                                kept = walk.front();
+                            }
+                            None => {
+                                o.remove();
+                                self.evicted(held, stats, me, &hdr, walk.key(&rec), now);
+                            }
+                        }
+                    }
                     Liveness::Live => {
                         o.remove();
-                        let class = self.unlinked(held, stats, me);
-                        let written = self.time_log.time_of(hdr.cas);
-                        let c = stats.class_mut(class);
-                        c.evicted += 1;
-                        c.evicted_time = now.saturating_sub(written);
-                        if hdr.mark & MARK_ACCESSED != 0 {
-                            c.evicted_active += 1;
-                        }
-                        if hdr.exptime != 0 {
-                            c.evicted_nonzero += 1;
-                        }
-                        if !fetched {
-                            c.evicted_unfetched += 1;
-                        }
-                        if let Some(sink) = self.eviction_listener() {
-                            sink.evicted(&crate::store::Evicted {
-                                key: walk.key(&rec),
-                                fetched,
-                                exptime: hdr.exptime,
-                                written,
-                                class,
-                                value_len: rec.prefix.vlen,
-                            });
-                        }
+                        self.evicted(held, stats, me, &hdr, walk.key(&rec), now);
                     }
                 }
             }
             drop(shard);
         }
         walk.front() as u32
+    }
+
+    /// Count an item that eviction unlinked, and tell the listener.
+    fn evicted(
+        &self,
+        held: &LockHeld,
+        stats: &mut ShardStats,
+        me: u64,
+        hdr: &Header,
+        key: &[u8],
+        now: RelTime,
+    ) {
+        let fetched = hdr.mark & MARK_FETCHED != 0;
+        let vlen = hdr.prefix.vlen;
+        let class = self.unlinked(held, stats, me);
+        let written = self.time_log.time_of(hdr.cas);
+        let c = stats.class_mut(class);
+        c.evicted += 1;
+        c.evicted_time = now.saturating_sub(written);
+        if hdr.mark & MARK_ACCESSED != 0 {
+            c.evicted_active += 1;
+        }
+        if hdr.exptime != 0 {
+            c.evicted_nonzero += 1;
+        }
+        if !fetched {
+            c.evicted_unfetched += 1;
+        }
+        if let Some(sink) = self.eviction_listener() {
+            sink.evicted(&crate::store::Evicted {
+                key,
+                fetched,
+                exptime: hdr.exptime,
+                written,
+                class,
+                value_len: vlen,
+            });
+        }
     }
 
     /// `lru_crawler metadump`: call `f` for each live item from `cursor` on, walking each
@@ -485,9 +526,14 @@ impl Store {
                 // We hold the lock of the shard indexing `e` (rule 2).
                 let bytes = self.item_bytes(&shard.held, e);
                 let ko = hdr.prefix.key_offset();
+                let value_len = if hdr.prefix.flash {
+                    Self::stub_loc(bytes).vlen as usize
+                } else {
+                    hdr.prefix.vlen
+                };
                 f(DumpItem {
                     key: &bytes[ko..ko + hdr.prefix.klen],
-                    value_len: hdr.prefix.vlen,
+                    value_len,
                     flags: hdr.flags,
                     exptime: hdr.exptime,
                     time: self.item_time(&hdr),

@@ -17,6 +17,14 @@
 //!        (60: 60 + one byte; 61..63: the length, little-endian)
 //! ```
 //!
+//! A **flash stub** (an item whose value went to the flash tier, `flash.rs`) is a
+//! record like any other whose length code is 63 and whose four length bytes have
+//! bit 31 set: the low 31 bits are the length of what follows the key in RAM, a
+//! [`StubLoc`] of [`STUB_BYTES`]. Values are at most 2^31 - 1 bytes, so no value record
+//! has that bit, and the marker lives in the immutable prefix, where the evictor and
+//! every lookup read it anyway. A stub keeps the item's exptime, mark, CAS id and
+//! flags in RAM, as memcached keeps its item header.
+//!
 //! * `klen` is 1..=255 for an item. `klen == 0` marks a padding record (a reservation whose
 //!   store was refused): a keyless item whose value fills the region, so that every
 //!   record's length is `header + klen + vlen`; the evictor skips it.
@@ -78,6 +86,10 @@ const MARK_SHIFT: u32 = 5;
 const LEAD_FLAGS: u8 = 0x80;
 const LEAD_WIDE: u8 = 0x40;
 const LEAD_CODE: u8 = 0x3F;
+/// Bit 31 of a 4-byte length: the record is a flash stub.
+const STUB_LEN_BIT: u32 = 1 << 31;
+/// Bytes of a stub's location after its key: page, page version, offset, value length.
+pub(crate) const STUB_BYTES: usize = 16;
 /// Length codes up to this one are the length itself.
 const INLINE_MAX: usize = 59;
 
@@ -159,6 +171,8 @@ pub(crate) struct Prefix {
     pub wide: bool,
     /// Where the mutable window starts: the prefix's own length.
     pub window_at: usize,
+    /// A flash stub: the `vlen` bytes after the key are a [`StubLoc`], not the value.
+    pub flash: bool,
     /// Where the key starts.
     key_at: usize,
 }
@@ -172,12 +186,12 @@ impl Prefix {
         let code = lead & LEAD_CODE;
         // Values under 64 KiB (codes up to 61) are decoded inline: 100-byte and
         // few-KiB values are common, and a call per lookup costs more than the branch.
-        let (vlen, n) = if code as usize <= INLINE_MAX {
-            (code as usize, 0)
+        let (vlen, n, flash) = if code as usize <= INLINE_MAX {
+            (code as usize, 0, false)
         } else if code == 60 {
-            (INLINE_MAX + 1 + b[2] as usize, 1)
+            (INLINE_MAX + 1 + b[2] as usize, 1, false)
         } else if code == 61 {
-            (u16::from_le_bytes([b[2], b[3]]) as usize, 2)
+            (u16::from_le_bytes([b[2], b[3]]) as usize, 2, false)
         } else {
             Self::long_len(b, code)
         };
@@ -195,16 +209,18 @@ impl Prefix {
             has_flags,
             wide,
             window_at: 2 + n,
+            flash,
             key_at,
         }
     }
 
     #[inline(never)]
-    fn long_len(b: &[u8], code: u8) -> (usize, usize) {
+    fn long_len(b: &[u8], code: u8) -> (usize, usize, bool) {
         let n = extra_bytes(code);
         let mut le = [0u8; 4];
         le[..n].copy_from_slice(&b[2..2 + n]);
-        (u32::from_le_bytes(le) as usize, n)
+        let len = u32::from_le_bytes(le);
+        ((len & !STUB_LEN_BIT) as usize, n, len & STUB_LEN_BIT != 0)
     }
 
     /// How many length bytes follow the first two bytes (`klen`, `lead`) of a record: a
@@ -296,6 +312,57 @@ pub(crate) struct NewItem {
     pub vlen: usize,
     pub flags: u32,
     pub exptime: u32,
+}
+
+/// Where a flash stub's value lies: what follows its key in RAM (`STUB_BYTES`, all
+/// little-endian u32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StubLoc {
+    /// The page, numbered across all flash files.
+    pub page: u32,
+    /// The page's version when the value was written: a page reused since has another.
+    pub version: u32,
+    /// Byte offset of the value's flash record inside the page.
+    pub offset: u32,
+    /// The value's length.
+    pub vlen: u32,
+}
+
+impl StubLoc {
+    /// Decode from a stub's bytes after its key.
+    pub(crate) fn parse(b: &[u8]) -> StubLoc {
+        StubLoc {
+            page: read_u32(b, 0),
+            version: read_u32(b, 4),
+            offset: read_u32(b, 8),
+            vlen: read_u32(b, 12),
+        }
+    }
+
+    /// Encode into a stub's bytes after its key.
+    pub(crate) fn write(&self, b: &mut [u8]) {
+        write_u32(b, 0, self.page);
+        write_u32(b, 4, self.version);
+        write_u32(b, 8, self.offset);
+        write_u32(b, 12, self.vlen);
+    }
+}
+
+/// Bytes a flash stub of this key takes: four length bytes, the window, the flags and
+/// the location.
+#[inline]
+pub(crate) fn stub_len(klen: usize, has_flags: bool, wide: bool) -> usize {
+    2 + 4 + window_len(wide) + if has_flags { FLAGS_BYTES } else { 0 } + klen + STUB_BYTES
+}
+
+/// Write the prefix of a flash stub over the first bytes of `b`, for a record whose
+/// window, flags and key are written after it by the caller at the returned offset
+/// (the window's). Length code 63 with bit 31 set: see the module comment.
+pub(crate) fn write_stub_prefix(b: &mut [u8], klen: usize, has_flags: bool, wide: bool) -> usize {
+    b[0] = klen as u8;
+    b[1] = if has_flags { LEAD_FLAGS } else { 0 } | if wide { LEAD_WIDE } else { 0 } | 63;
+    write_u32(b, 2, STUB_LEN_BIT | STUB_BYTES as u32);
+    6
 }
 
 impl NewItem {

@@ -50,6 +50,7 @@
 mod arith;
 pub mod classes;
 mod evict;
+pub mod flash;
 mod index;
 mod item;
 pub mod memcached;
@@ -64,7 +65,9 @@ mod time_log;
 
 pub use classes::{ClassConfig, SlabClasses};
 pub use evict::Crawl;
+pub use flash::{Flash, FlashConfig, FlashStats, FlashTunables};
 pub use index::{ClassStats, Located};
+pub use item::StubLoc;
 pub use meta::{ItemMut, MetaArith, MetaStore};
 pub use pin::{Origin, ValuePin};
 pub use store::{
@@ -274,4 +277,7 @@ pub enum BuildError {
     /// Large pages were asked for (memcached `-L`) and the kernel refused them.
     #[error("cannot map item memory for large pages: {0}")]
     LargePages(String),
+    /// A flash file could not be opened, locked or allocated (the message says which).
+    #[error("{0}")]
+    Flash(String),
 }

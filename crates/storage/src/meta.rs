@@ -30,6 +30,8 @@ pub struct ItemMut<'a> {
     e: u64,
     hdr: Header,
     unlink: bool,
+    /// The value read back from flash, when the item is a stub (`store/flash.rs`).
+    flash_value: Option<&'a [u8]>,
 }
 
 impl ItemMut<'_> {
@@ -52,12 +54,18 @@ impl ItemMut<'_> {
 
     /// The value.
     pub fn value(&self) -> &[u8] {
+        if let Some(v) = self.flash_value {
+            return v;
+        }
         let b = self.bytes();
         &b[b.len() - self.hdr.prefix.vlen..]
     }
 
     /// Where the item is stored, for [`Store::pin`] of its value.
     pub fn origin(&self) -> Origin {
+        if self.flash_value.is_some() {
+            return Origin::DETACHED;
+        }
         Origin::segment_id(unpack(self.e).0)
     }
 
@@ -213,8 +221,15 @@ impl Store {
         let first = {
             let mut shard = slot.lock();
             match self.do_find_live(&mut shard, h, key, now) {
+                Ok((e, hdr)) if hdr.prefix.flash => {
+                    drop(shard);
+                    return match self.meta_get_flash(key, h, e, now, f) {
+                        Some(r) => (Lookup::Hit(()), Some(r)),
+                        None => (Lookup::Miss, None),
+                    };
+                }
                 Ok((e, hdr)) => {
-                    let r = self.do_meta_call(&mut shard, h, e, hdr, false, f);
+                    let r = self.do_meta_call(&mut shard, h, e, hdr, false, None, f);
                     return (Lookup::Hit(()), Some(r));
                 }
                 Err(miss) => miss.map_never::<()>(),
@@ -241,7 +256,7 @@ impl Store {
         let mut shard = slot.lock();
         // Someone may have stored the key while we reserved: use theirs.
         if let Ok((e, hdr)) = self.do_find_live(&mut shard, h, key, now) {
-            let out = self.do_meta_call(&mut shard, h, e, hdr, false, f);
+            let out = self.do_meta_call(&mut shard, h, e, hdr, false, None, f);
             drop(shard);
             self.abandon(r);
             return (first, Some(out));
@@ -255,13 +270,53 @@ impl Store {
             pack(r.seg, r.off)
         };
         let hdr = self.header(&shard.held, e);
-        let out = self.do_meta_call(&mut shard, h, e, hdr, true, f);
+        let out = self.do_meta_call(&mut shard, h, e, hdr, true, None, f);
         drop(shard);
         self.release(r);
         (first, Some(out))
     }
 
+    /// [`Store::meta_get`] of a flash stub `e`: its value is read with no lock held,
+    /// then the key is looked up again and `f` runs on the item if it is still that
+    /// stub. `None` (a miss) when the record does not check, or the item changed and
+    /// the retry's read failed too.
+    #[cold]
+    fn meta_get_flash<R>(
+        &self,
+        key: &[u8],
+        h: u64,
+        mut e: u64,
+        now: RelTime,
+        f: impl FnOnce(&mut ItemMut<'_>, bool) -> R,
+    ) -> Option<R> {
+        let flash = self.flash()?;
+        let mut buf = Vec::new();
+        for _ in 0..4 {
+            let loc = {
+                let mut shard = self.shard_for(h).lock();
+                let Shard { held, .. } = &mut *shard;
+                Self::stub_loc(self.item_bytes(held, e))
+            };
+            let Ok(range) = flash.read(loc, key, &mut buf) else {
+                self.unlink_entry(key, h, e);
+                return None;
+            };
+            let mut shard = self.shard_for(h).lock();
+            let (now_e, hdr) = self.do_find_live(&mut shard, h, key, now).ok()?;
+            if now_e == e {
+                let value = Some(&buf[range]);
+                return Some(self.do_meta_call(&mut shard, h, e, hdr, false, value, f));
+            }
+            if !hdr.prefix.flash {
+                return Some(self.do_meta_call(&mut shard, h, now_e, hdr, false, None, f));
+            }
+            e = now_e;
+        }
+        None
+    }
+
     /// Call `f` on item `e` (live, indexed in the locked `shard`), then unlink it if asked.
+    #[allow(clippy::too_many_arguments)]
     fn do_meta_call<R>(
         &self,
         shard: &mut Shard,
@@ -269,6 +324,7 @@ impl Store {
         e: u64,
         hdr: Header,
         created: bool,
+        flash_value: Option<&[u8]>,
         f: impl FnOnce(&mut ItemMut<'_>, bool) -> R,
     ) -> R {
         let mut it = ItemMut {
@@ -277,6 +333,7 @@ impl Store {
             e,
             hdr,
             unlink: false,
+            flash_value,
         };
         let out = f(&mut it, created);
         if it.unlink {

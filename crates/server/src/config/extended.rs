@@ -6,8 +6,8 @@
 //! (`admin/crawler.rs`), and the slab sizing ones, which shape the slab classes that
 //! `stats slabs` and `stats items` report (`storage::classes`). The rest tune memcached
 //! internals that ferrocache does not have; they are kept for `stats settings` and change
-//! nothing. `ext_path` alone is refused: it would put part of the cache on flash, and a
-//! server that started without it would quietly hold less than the operator planned.
+//! nothing. The `ext_*` ones configure the flash tier (`storage::flash`), as extstore's
+//! parser reads them: see [`Extended::flash_config`].
 
 use super::refusal::{atof, atoi, safe_strtod, safe_strtol, safe_strtoul, Refusal};
 use super::TlsOptions;
@@ -31,6 +31,8 @@ pub struct Extended {
     pub warm_lru_pct: i64,
     pub temp_lru: bool,
     pub lru_maintainer: bool,
+    /// Each `ext_path`: the file and its size in bytes.
+    pub ext_paths: Vec<(std::path::PathBuf, u64)>,
 }
 
 impl Default for Extended {
@@ -45,6 +47,7 @@ impl Default for Extended {
             warm_lru_pct: 40,
             temp_lru: false,
             lru_maintainer: true,
+            ext_paths: Vec::new(),
         }
     }
 }
@@ -253,19 +256,19 @@ impl Extended {
                 String::new()
             }
             "resp_obj_mem_limit" => {
-                eprintln!(
-                    "DEPRECATED: resp_obj_mem_limit no longer used. See read_buf_mem_limit,"
-                );
+                eprintln!("DEPRECATED: resp_obj_mem_limit no longer used. See read_buf_mem_limit,");
                 value.unwrap_or("").to_string()
             }
-            "sock_cookie_id" => safe_strtoul(value.unwrap_or(""))
-                .unwrap_or(0)
-                .to_string(),
+            "sock_cookie_id" => safe_strtoul(value.unwrap_or("")).unwrap_or(0).to_string(),
             "ext_path" => {
-                return fail(format!(
-                    "ext_path: the flash tier (extstore) is not supported by this build of ferrocache yet; \
-                     refusing to start, since starting without it would silently lose it (\"{token}\")"
-                ))
+                let Some(v) = value.filter(|v| !v.is_empty()) else {
+                    return fail("missing argument to ext_path, ie: ext_path=/d/file:5G".into());
+                };
+                match parse_ext_path(v) {
+                    Ok(file) => self.ext_paths.push(file),
+                    Err(why) => return fail(format!("{why}\nfailed to parse ext_path argument")),
+                }
+                v.to_string()
             }
             "ext_max_frag" | "slab_automove_freeratio" => {
                 let v = need(&format!("{key} argument"))?;
@@ -287,6 +290,70 @@ impl Extended {
         };
         self.list.push((key.to_string(), shown));
         Ok(())
+    }
+}
+
+/// extstore's `storage_conf_parse`: `path:SIZE[:bucket]`, the size a number with a unit
+/// letter M, G, T or P (case-insensitive). The bucket (`compact`, `lowttl`) is accepted
+/// and has no effect: pages here are not split into buckets.
+fn parse_ext_path(arg: &str) -> Result<(std::path::PathBuf, u64), String> {
+    let mut parts = arg.splitn(3, ':');
+    let path = parts
+        .next()
+        .filter(|p| !p.is_empty())
+        .ok_or("missing ext_path file")?;
+    let size = parts
+        .next()
+        .filter(|s| !s.is_empty())
+        .ok_or("must supply size to ext_path, ie: ext_path=/f/e:64m (M|G|T|P supported)")?;
+    let (number, unit) = size.split_at(size.len() - 1);
+    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
+        "m" => 1 << 20,
+        "g" => 1 << 30,
+        "t" => 1 << 40,
+        "p" => 1 << 50,
+        _ => 0,
+    };
+    let base = u64::try_from(atoi(number)).unwrap_or(0);
+    let bytes = base.saturating_mul(multiplier);
+    if bytes == 0 {
+        return Err(format!("ext_path {path}: size {size} holds no page"));
+    }
+    Ok((std::path::PathBuf::from(path), bytes))
+}
+
+impl Extended {
+    /// The flash tier the `ext_*` options describe, or `None` without `ext_path`.
+    /// Sizes are in megabytes as memcached reads them; the other tunables default as
+    /// memcached's do. `ext_threads`, `ext_io_depth` and `ext_max_sleep` are accepted
+    /// and shown but change nothing: reads run on the worker that asked (see
+    /// docs/operations.md, "A flash tier"), and compaction runs on the maintenance
+    /// thread once a second.
+    pub fn flash_config(&self) -> Option<storage::FlashConfig> {
+        if self.ext_paths.is_empty() {
+            return None;
+        }
+        let get = |k: &str| {
+            self.list
+                .iter()
+                .rev()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.as_str())
+        };
+        let num = |k: &str, d: u64| get(k).and_then(safe_strtoul).map_or(d, u64::from);
+        let mut cfg = storage::FlashConfig::new(self.ext_paths.clone());
+        cfg.page_size = num("ext_page_size", 64) << 20;
+        cfg.wbuf_size = (num("ext_wbuf_size", 4) << 20) as usize;
+        let t = &mut cfg.tunables;
+        t.item_size = num("ext_item_size", 512) as u32;
+        t.item_age = num("ext_item_age", u64::from(u32::MAX)) as u32;
+        t.low_ttl = num("ext_low_ttl", 0) as u32;
+        t.recache_rate = num("ext_recache_rate", 2000) as u32;
+        t.compact_under = num("ext_compact_under", 0) as u32;
+        t.drop_under = num("ext_drop_under", 0) as u32;
+        t.max_frag = get("ext_max_frag").and_then(safe_strtod).unwrap_or(0.8);
+        t.drop_unread = get("ext_drop_unread").is_some();
+        Some(cfg)
     }
 }
 

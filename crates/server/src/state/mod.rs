@@ -158,4 +158,5 @@ pub fn store_builder(settings: &Settings) -> storage::StoreBuilder {
         .lock_memory(settings.lock_memory)
         .evictions(settings.evictions)
         .slab_classes(settings.classes.clone())
+        .flash(settings.flash.clone())
 }

@@ -64,6 +64,7 @@ pub struct StoreBuilder {
     memcached_cas: bool,
     lock_memory: bool,
     classes: crate::ClassConfig,
+    flash: Option<crate::FlashConfig>,
 }
 
 impl StoreBuilder {
@@ -132,6 +133,14 @@ impl StoreBuilder {
     }
 
     /// Build the store. Segment memory is not touched until it is first written.
+    /// A flash tier (memcached's `-o ext_path=...`): values of items leaving RAM go to
+    /// these files and their keys stay as stubs (`flash.rs`). Opening the files is part
+    /// of [`StoreBuilder::build`], whose error then says which file failed and why.
+    pub fn flash(mut self, cfg: Option<crate::FlashConfig>) -> Self {
+        self.flash = cfg;
+        self
+    }
+
     pub fn build(self) -> Result<Store, BuildError> {
         if self.item_size_max < MIN_ITEM_SIZE_MAX_BYTES {
             return Err(BuildError::ItemSizeTooSmall(self.item_size_max));
@@ -181,6 +190,10 @@ impl StoreBuilder {
         let segments = (0..capacity)
             .map(|_| SegmentMeta::new(segment_size))
             .collect();
+        let flash = match &self.flash {
+            Some(cfg) => Some(crate::Flash::open(cfg).map_err(BuildError::Flash)?),
+            None => None,
+        };
         static STORES: AtomicU64 = AtomicU64::new(0);
         let classes = crate::SlabClasses::memcached(&self.classes);
         Ok(Store {
@@ -224,6 +237,7 @@ impl StoreBuilder {
             classes,
             eviction_sink: std::sync::OnceLock::new(),
             direct_reclaims: AtomicU64::new(0),
+            flash,
         })
     }
 }
@@ -240,6 +254,7 @@ impl Store {
             memcached_cas: true,
             lock_memory: false,
             classes: crate::ClassConfig::default(),
+            flash: None,
         }
     }
 }

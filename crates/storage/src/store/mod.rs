@@ -32,6 +32,7 @@ use crate::{Lookup, RelTime, StoreStats};
 mod builder;
 #[cfg(test)]
 mod class_tests;
+mod flash;
 mod image;
 mod image_meta;
 mod read;
@@ -99,6 +100,8 @@ pub struct Store {
     pub(crate) direct_reclaims: AtomicU64,
     /// Told of each item eviction drops, while it wants to be (`watch evictions`).
     eviction_sink: std::sync::OnceLock<std::sync::Arc<dyn EvictionSink>>,
+    /// The flash tier (`-o ext_path`), if any: values of items leaving RAM.
+    pub(crate) flash: Option<crate::Flash>,
     /// The mapping the segments lie in, with large pages (`-L`). Declared after
     /// `segments`, so it is unmapped after they are dropped.
     large_pages: Option<LargePageRegion>,
@@ -445,7 +448,7 @@ impl Store {
     #[inline]
     pub(crate) fn unlinked(&self, held: &LockHeld, stats: &mut ShardStats, e: u64) -> usize {
         let prefix = self.stored_prefix(held, e);
-        self.unlinked_prefix(stats, e, &prefix)
+        self.unlinked_prefix(held, stats, e, &prefix)
     }
 
     /// [`Store::unlinked`] for an entry whose prefix is already decoded; returns its
@@ -453,10 +456,14 @@ impl Store {
     #[inline]
     pub(crate) fn unlinked_prefix(
         &self,
+        held: &LockHeld,
         stats: &mut ShardStats,
         e: u64,
         prefix: &item::Prefix,
     ) -> usize {
+        if prefix.flash {
+            self.release_stub(held, e, prefix);
+        }
         let (seg, _) = unpack(e);
         let len = prefix.total_len() as u64;
         let ntotal = self.memcached_total(prefix.klen, prefix.vlen, prefix.has_flags);

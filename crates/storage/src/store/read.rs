@@ -269,6 +269,10 @@ impl Store {
             let len = bytes.len();
             bytes = self.mark_read(held, e, exptime, len);
         }
+        if hdr.prefix.flash {
+            let loc = Self::stub_loc(bytes);
+            return self.get_from_flash(shard, key, h, e, hdr, loc, |it| v.visit(it));
+        }
         let origin = Origin::segment_id(unpack(e).0);
         // The key handed on is the caller's, equal to the stored one (the lookup compared
         // them), and the value is the record's last `vlen` bytes: the record's offsets

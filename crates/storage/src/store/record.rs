@@ -60,6 +60,25 @@ impl Store {
         unsafe { mem.bytes_mut(off as usize + p.window_at, p.window_len()) }
     }
 
+    /// The location bytes of flash stub `e` (what follows its key), indexed in the shard
+    /// whose lock `held` proves, for compaction to point it at the record's new place.
+    pub(crate) fn stub_bytes_mut<'a>(&'a self, _held: &'a mut LockHeld, e: u64) -> &'a mut [u8] {
+        let (seg, off) = unpack(e);
+        let mem = self.mem(seg);
+        // SAFETY: shard lock held (rule 2): nobody writes the item; the borrow ends here.
+        let p = Prefix::parse(unsafe { mem.bytes(off as usize, PREFIX_MAX_BYTES) });
+        debug_assert!(p.flash, "stub bytes of a record that is not a stub");
+        // SAFETY: as `mut_window`'s: the shard lock is held and `&mut` excludes every other
+        // record borrow through it; these are the record's last bytes, which a stub's
+        // rules make mutable like a value's (stubs are never pinned).
+        unsafe {
+            mem.bytes_mut(
+                off as usize + p.total_len() - item::STUB_BYTES,
+                item::STUB_BYTES,
+            )
+        }
+    }
+
     /// A get's writes to an item not marked read (or touched): the marks, and the new
     /// exptime when given; returns the record again, `len` bytes as the lookup read it
     /// (its prefix is not parsed a second time). `len` is the record's length.
@@ -407,6 +426,41 @@ impl Walk<'_> {
         }
         self.front = dest + len;
         dest
+    }
+
+    /// Keep record `r` (found live in the shard whose lock `held` proves) as a flash
+    /// stub pointing at `loc`: its window, flags and key written at the front of the
+    /// kept records with a stub's prefix and `loc` after the key. `None`, writing
+    /// nothing, when the stub would reach past `r` (a value shorter than the stub's
+    /// location): it may only cover bytes already unlinked or moved, and `r`'s own.
+    pub fn keep_as_stub(
+        &mut self,
+        _held: &mut LockHeld,
+        r: &Walked,
+        loc: crate::item::StubLoc,
+    ) -> Option<usize> {
+        let p = r.prefix;
+        let len = item::stub_len(p.klen, p.has_flags, p.wide);
+        let dest = self.front;
+        if dest + len > r.off + p.total_len() {
+            return None;
+        }
+        // Window, flags and key, copied out first: the stub's prefix is longer than the
+        // record's when its value was under 16 MiB, so the two may overlap.
+        let mut tail = [0u8; item::MAX_HEADER_BYTES + item::MAX_KEY_BYTES];
+        let n = p.key_offset() + p.klen - p.window_at;
+        // SAFETY: we hold the item's shard lock (rule 2), so its window may be read; the
+        // borrow ends before the write below.
+        tail[..n].copy_from_slice(unsafe { self.mem.bytes(r.off + p.window_at, n) });
+        // SAFETY: as in `keep`: `dest..dest+len` lies within bytes already unlinked or
+        // moved and this item's own (checked above), under its shard lock, with no
+        // other borrow of the segment alive (`&mut self`).
+        let b = unsafe { self.mem.bytes_mut(dest, len) };
+        let at = item::write_stub_prefix(b, p.klen, p.has_flags, p.wide);
+        b[at..at + n].copy_from_slice(&tail[..n]);
+        loc.write(&mut b[at + n..]);
+        self.front = dest + len;
+        Some(dest)
     }
 
     /// The end of the records kept so far: the bytes the segment's kept items take.

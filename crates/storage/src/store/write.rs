@@ -175,7 +175,7 @@ impl Store {
             if let Some((pos, hd)) = found {
                 if live_cas.is_none() {
                     let old = table.remove(pos, h);
-                    self.unlinked_prefix(stats, old, &hd.prefix);
+                    self.unlinked_prefix(held, stats, old, &hd.prefix);
                 }
             }
             drop(shard);
@@ -188,7 +188,7 @@ impl Store {
         match found {
             Some((pos, hd)) => {
                 let old = table.replace(pos, new_e);
-                self.unlinked_prefix(stats, old, &hd.prefix);
+                self.unlinked_prefix(held, stats, old, &hd.prefix);
             }
             None => {
                 table.insert_unique(h, new_e, self.rehasher(held));
@@ -254,7 +254,10 @@ impl Store {
         now: RelTime,
     ) -> Option<u64> {
         let stale = matches!(mode, StoreMode::Cas(want) if want != old.cas);
-        let same_shape = old.prefix.vlen == new.vlen && old.prefix.has_flags == (new.flags != 0);
+        // A flash stub's bytes after its key are its location, never a value to write over.
+        let same_shape = old.prefix.vlen == new.vlen
+            && old.prefix.has_flags == (new.flags != 0)
+            && !old.prefix.flash;
         if !same_shape || stale || !self.evictions {
             return None;
         }
@@ -314,6 +317,11 @@ impl Store {
             };
             if want_cas != 0 && old.cas != want_cas {
                 return (StoreOutcome::Exists, 0);
+            }
+            // memcached refuses to append to an item whose value is on flash, rather than
+            // read it back first.
+            if old.prefix.flash {
+                return (StoreOutcome::NotStored, 0);
             }
             let old_vlen = old.prefix.vlen;
             let vlen = old_vlen + data.len();
@@ -434,7 +442,11 @@ impl Store {
                 Err(_) => return DeltaResult::NotFound,
             };
             let vlen = hdr.prefix.vlen;
-            if vlen == 0 || memcached_would_chunk(key.len(), hdr.prefix.has_flags, vlen) {
+            // A value on flash is not numeric to memcached either (it is not read back).
+            if vlen == 0
+                || hdr.prefix.flash
+                || memcached_would_chunk(key.len(), hdr.prefix.has_flags, vlen)
+            {
                 return DeltaResult::NonNumeric;
             }
             if want_cas != 0 && hdr.cas != want_cas {

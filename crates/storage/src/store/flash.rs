@@ -1,0 +1,314 @@
+//! The store's side of the flash tier (`crate::flash`): items whose segment is being
+//! evicted leave their values on flash and stay indexed as stubs; lookups that find a
+//! stub read the value back; compaction moves a page's live records and updates the
+//! stubs that point at them.
+//!
+//! ```text
+//!  eviction walk, item not kept for a second chance, value >= ext_item_size:
+//!     value appended to the flash write buffer  ->  (page, version, offset, vlen)
+//!     stub written at the segment's front: header window, flags, key, location
+//!     index entry moved to the stub (under the item's shard lock)
+//!  lookup finds a stub:
+//!     marks it read, copies its location, unlocks, reads and checks the record,
+//!     hands the value to the caller as a detached item
+//!  stub unlinked (delete, overwrite, expiry, flush, its own eviction):
+//!     its record's bytes are released on its page
+//! ```
+//!
+//! Keys, CAS ids, flags and exptimes never leave RAM, so every rule that needs only
+//! them (touch, delete, `cas` mismatches, flush, expiry) works on a stub as on any item.
+//! A rule that needs the value (incr/decr, append/prepend) refuses a stub as memcached
+//! refuses an item on flash (`CLIENT_ERROR cannot increment or decrement non-numeric
+//! value`, `NOT_STORED`).
+
+use std::sync::atomic::Ordering;
+
+use super::record::{Walk, Walked};
+use super::Store;
+use crate::index::{hash_key, unpack, LockHeld, Shard, ShardStats};
+use crate::item::{self, Header, Prefix, StubLoc, MARK_ACCESSED};
+use crate::pin::Origin;
+use crate::{Flash, ItemRef, Lookup, RelTime};
+
+impl Store {
+    /// The flash tier, if the store has one.
+    pub fn flash(&self) -> Option<&Flash> {
+        self.flash.as_ref()
+    }
+
+    /// Whether the eviction walk should send this live item's value to flash: a tier
+    /// that wants its size and TTL, and room for its stub within the walk's budget
+    /// (`kept` bytes kept so far).
+    pub(crate) fn flash_wants(
+        &self,
+        hdr: &Header,
+        kept: usize,
+        budget: usize,
+        now: RelTime,
+    ) -> bool {
+        let Some(flash) = &self.flash else {
+            return false;
+        };
+        let p = &hdr.prefix;
+        !p.flash
+            && kept + item::stub_len(p.klen, p.has_flags, p.wide) <= budget
+            && flash.wants(p.vlen, hdr.exptime, now)
+    }
+
+    /// Write the value of live item `me` (record `rec` of the walk, whose shard lock
+    /// `held` proves) to flash and keep the item as a stub at the walk's front: the
+    /// stub's offset, or `None` when the tier refused the record or the stub did not
+    /// fit (the record written is then released).
+    pub(crate) fn to_flash(
+        &self,
+        walk: &mut Walk<'_>,
+        rec: &Walked,
+        held: &mut LockHeld,
+        stats: &mut ShardStats,
+        me: u64,
+    ) -> Option<usize> {
+        let flash = self.flash.as_ref()?;
+        let p = rec.prefix;
+        let loc = {
+            let bytes = self.item_bytes(held, me);
+            let key = &bytes[p.key_offset()..p.key_offset() + p.klen];
+            flash.append(key, &bytes[bytes.len() - p.vlen..])?
+        };
+        let Some(dest) = walk.keep_as_stub(held, rec, loc) else {
+            flash.release(loc, p.klen);
+            return None;
+        };
+        // The item moves from its class to a stub's, and its bytes shrink.
+        let old_len = p.total_len() as u64;
+        let new_len = item::stub_len(p.klen, p.has_flags, p.wide) as u64;
+        let old_total = self.memcached_total(p.klen, p.vlen, p.has_flags);
+        let new_total = self.memcached_total(p.klen, item::STUB_BYTES, p.has_flags);
+        let c = stats.class_mut(self.classes.class_of(old_total));
+        c.items -= 1;
+        c.requested -= old_total as u64;
+        let c = stats.class_mut(self.classes.class_of(new_total));
+        c.items += 1;
+        c.requested += new_total as u64;
+        stats.bytes = stats.bytes - old_len + new_len;
+        let (seg, _) = unpack(me);
+        self.segments[seg as usize]
+            .live_bytes
+            .fetch_sub(old_len - new_len, Ordering::Release);
+        Some(dest)
+    }
+
+    /// Whether stub `e`'s page still holds its record (it was not reused since).
+    pub(crate) fn stub_current(&self, held: &LockHeld, e: u64) -> bool {
+        self.flash
+            .as_ref()
+            .is_some_and(|f| f.holds(Self::stub_loc(self.item_bytes(held, e))))
+    }
+
+    /// A stub was unlinked: its record on flash is dead.
+    pub(crate) fn release_stub(&self, held: &LockHeld, e: u64, p: &Prefix) {
+        if let Some(flash) = &self.flash {
+            let bytes = self.item_bytes(held, e);
+            flash.release(
+                StubLoc::parse(&bytes[bytes.len() - item::STUB_BYTES..]),
+                p.klen,
+            );
+        }
+    }
+
+    /// The location in stub `e`'s record (`bytes`).
+    pub(crate) fn stub_loc(bytes: &[u8]) -> StubLoc {
+        StubLoc::parse(&bytes[bytes.len() - item::STUB_BYTES..])
+    }
+
+    /// A lookup found stub `e` (header `hdr`) for `key` in the locked `shard`: unlock,
+    /// read the value from flash and hand it to `visit`. A record that cannot be read or
+    /// does not check is a miss, and the stub is unlinked (if it is still the key's
+    /// item), so that the next lookup does not read it again.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn get_from_flash<R>(
+        &self,
+        shard: crate::index::ShardGuard<'_>,
+        key: &[u8],
+        h: u64,
+        e: u64,
+        hdr: Header,
+        loc: StubLoc,
+        visit: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> Lookup<R> {
+        drop(shard);
+        let Some(flash) = &self.flash else {
+            return Lookup::Miss;
+        };
+        let mut buf = Vec::new();
+        match flash.read(loc, key, &mut buf) {
+            Ok(range) => Lookup::Hit(visit(ItemRef {
+                key,
+                value: &buf[range],
+                flags: hdr.flags,
+                cas: hdr.cas,
+                origin: Origin::DETACHED,
+            })),
+            Err(_) => {
+                self.unlink_entry(key, h, e);
+                Lookup::Miss
+            }
+        }
+    }
+
+    /// Unlink entry `e` of `key` (hashed `h`), if it is still indexed for that key.
+    pub(crate) fn unlink_entry(&self, key: &[u8], h: u64, e: u64) {
+        let mut shard = self.shard_for(h).lock();
+        let Shard {
+            table, stats, held, ..
+        } = &mut *shard;
+        if let Some(o) = table.find_entry(h, |x| x == e && self.key_eq(held, x, key)) {
+            o.remove();
+            self.unlinked(held, stats, e);
+        }
+    }
+
+    /// One step of flash compaction, for the maintenance thread: when few pages are
+    /// free, read back the page memcached's rule picks (`Flash::compaction_candidate`),
+    /// append its records that a stub still points at to the open page, point the
+    /// stubs there, and free the page. With `drop_unread` chosen, records whose stub
+    /// was not read since it went to flash are dropped instead (their stubs unlinked).
+    /// Returns whether a page was freed.
+    pub fn flash_compact(&self, now: RelTime) -> bool {
+        let Some(flash) = &self.flash else {
+            return false;
+        };
+        let Some((page, version, drop_unread)) = flash.compaction_candidate() else {
+            return false;
+        };
+        let Some(bytes) = flash.read_page(page, version) else {
+            return false;
+        };
+        let (mut rescued, mut lost, mut skipped) = (0, 0, 0);
+        let mut at = 0;
+        while let Some((key, value, len)) = Flash::page_record(&bytes, at) {
+            let offset = at as u32;
+            at += len;
+            let h = hash_key(self.seed(), key);
+            let mut shard = self.shard_for(h).lock();
+            let Shard {
+                table, stats, held, ..
+            } = &mut *shard;
+            let Ok((e, hdr, record)) = self.do_find_live_record(table, stats, held, h, key, now)
+            else {
+                continue;
+            };
+            if !hdr.prefix.flash {
+                continue;
+            }
+            let loc = Self::stub_loc(record);
+            if loc.page != page || loc.version != version || loc.offset != offset {
+                continue;
+            }
+            if drop_unread && hdr.mark & MARK_ACCESSED == 0 {
+                if let Some(o) = table.find_entry(h, |x| x == e) {
+                    o.remove();
+                    self.unlinked(held, stats, e);
+                }
+                skipped += 1;
+                continue;
+            }
+            // The stub's location is rewritten in place under its shard lock: stubs
+            // are never pinned (only values are), and the length does not change.
+            match flash.append(key, value) {
+                Some(moved) => {
+                    flash.release(loc, key.len());
+                    self.rewrite_stub(held, e, moved);
+                    rescued += 1;
+                }
+                None => {
+                    if let Some(o) = table.find_entry(h, |x| x == e) {
+                        o.remove();
+                        self.unlinked(held, stats, e);
+                    }
+                    lost += 1;
+                }
+            }
+        }
+        flash.reclaim(page, version, rescued, lost, skipped);
+        true
+    }
+
+    /// Point stub `e` at `loc`.
+    fn rewrite_stub(&self, held: &mut LockHeld, e: u64, loc: StubLoc) {
+        loc.write(self.stub_bytes_mut(held, e));
+    }
+
+    /// Unlink every flash stub, and return how many there were: after a warm restart
+    /// (`-e`), whose image holds the stubs but not the tier's page table, so their
+    /// records cannot be trusted. The server logs the count.
+    pub fn drop_flash_stubs(&self) -> u64 {
+        let mut dropped = 0;
+        for si in 0..self.shards.len() {
+            let mut shard = self.shard_at(si).lock();
+            let Shard {
+                table, stats, held, ..
+            } = &mut *shard;
+            let mut i = 0;
+            while i < table.positions() {
+                if let Some(e) = table.get(i) {
+                    if self.stored_prefix(held, e).flash {
+                        table.remove(i, self.hash_entry(held, e));
+                        self.unlinked(held, stats, e);
+                        dropped += 1;
+                    }
+                }
+                i += 1;
+            }
+        }
+        dropped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{FlashConfig, Lookup, Store, StoreMode, StoreOutcome};
+
+    fn store(name: &str, mb: u64) -> (Store, std::path::PathBuf) {
+        let path = std::env::temp_dir().join(format!("ferro-flash-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut cfg = FlashConfig::new(vec![(path.clone(), mb << 20)]);
+        cfg.page_size = 1 << 20;
+        cfg.wbuf_size = 256 << 10;
+        let s = Store::builder()
+            .memory_limit(4 << 20)
+            .flash(Some(cfg))
+            .build()
+            .unwrap();
+        (s, path)
+    }
+
+    fn value(i: usize) -> Vec<u8> {
+        format!("{i:08}").repeat(128).into_bytes()
+    }
+
+    #[test]
+    fn values_evicted_from_ram_are_read_back_from_flash() {
+        let (s, path) = store("roundtrip", 64);
+        let n = 12_000; // 12 MB of values into a 4 MB store
+        for i in 0..n {
+            let k = format!("key:{i}");
+            assert_eq!(
+                s.store(StoreMode::Set, k.as_bytes(), 0, 0, &value(i), 1),
+                StoreOutcome::Stored
+            );
+        }
+        let f = s.flash().unwrap().stats();
+        assert!(f.objects_written > 0, "{f:?}");
+        let mut hits = 0;
+        for i in 0..n {
+            let k = format!("key:{i}");
+            if let Lookup::Hit(v) = s.get(k.as_bytes(), 1, |it| it.value.to_vec()) {
+                assert_eq!(v, value(i));
+                hits += 1;
+            }
+        }
+        assert_eq!(hits, n, "{:?}", s.flash().unwrap().stats());
+        std::fs::remove_file(path).unwrap();
+    }
+}
