@@ -171,6 +171,8 @@ pub struct Settings {
     pub extended: Vec<(String, String)>,
     /// The flash tier, from `-o ext_path=...` and the other `ext_*` options.
     pub flash: Option<storage::FlashConfig>,
+    /// The `ext_*` settings the `extstore` command changes, as given at start.
+    pub ext_tunables: storage::FlashTunables,
     /// `-Z` and `-o ssl_*` (`config/tls.rs`).
     pub tls: TlsOptions,
     /// `-e`: the memory file of a warm restart (`state/restart.rs`).
@@ -679,6 +681,7 @@ impl Settings {
             daemonize,
             max_core,
             flash: ext.flash_config(),
+            ext_tunables: ext.flash_tunables(),
             extended: ext.list,
             memory_file,
             classes: storage::ClassConfig {

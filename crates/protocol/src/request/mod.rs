@@ -214,6 +214,8 @@ pub enum StatsGroup {
     Conns,
     /// `stats latency`: ferrocache's per-command latency (memcached has none).
     Latency,
+    /// `stats extstore`: the flash tier's pages.
+    Extstore,
     /// `stats cachedump <class> <limit>`, as parsed (the server checks `-X` first).
     Cachedump(Cachedump),
 }
@@ -423,4 +425,23 @@ pub enum TuneCommand {
     LruMode(Option<bool>),
     /// `lru temp_ttl <seconds>`; `None` when not a number.
     LruTempTtl(Option<i32>),
+    /// `extstore <setting> <value>`: a flash-tier setting (memcached's
+    /// `process_extstore_command`); `None` answers `ERROR`.
+    Extstore(Option<ExtstoreSetting>),
+}
+
+/// A flash-tier setting that `extstore` changes at run time, with memcached's names.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ExtstoreSetting {
+    ItemSize(u32),
+    ItemAge(u32),
+    LowTtl(u32),
+    RecacheRate(u32),
+    CompactUnder(u32),
+    DropUnder(u32),
+    MaxSleep(u32),
+    MaxFrag(f64),
+    DropUnread(bool),
+    /// `free_memchunks <class> <limit>`: deprecated in memcached, accepted and ignored.
+    FreeMemchunks,
 }

@@ -4,8 +4,9 @@
 use crate::lex::{safe_strtod, safe_strtol, safe_strtoul, safe_strtoull, Tokens};
 use crate::meta::parse_meta;
 use crate::request::{
-    Cachedump, CrawlTarget, CrawlerCommand, DetailOp, DumpClasses, ErrorReply, GetCommand, Keys,
-    MetaCommand, Request, StatsGroup, StoreCommand, TuneCommand, WatchStreams, MAX_KEY_LEN,
+    Cachedump, CrawlTarget, CrawlerCommand, DetailOp, DumpClasses, ErrorReply, ExtstoreSetting,
+    GetCommand, Keys, MetaCommand, Request, StatsGroup, StoreCommand, TuneCommand, WatchStreams,
+    MAX_KEY_LEN,
 };
 
 /// memcached's class list: `all`, `hash`, or class ids joined by commas (empty items
@@ -91,6 +92,7 @@ pub fn parse_request(line: &[u8]) -> Request<'_> {
         (5, b"slabs") => parse_slabs(&t),
         (3, b"lru") => parse_lru(&t),
         (5, b"watch") => parse_watch(&t),
+        (8, b"extstore") if ntokens >= 3 => parse_extstore(&t),
         _ => {
             if t.get(t.len() - 1).starts_with(b"HTTP/") {
                 Request::Close
@@ -356,6 +358,42 @@ fn parse_memlimit<'a>(t: &Tokens<'a>) -> Request<'a> {
     }
 }
 
+/// `extstore <setting> <value> [noreply]`: memcached's `process_extstore_command`,
+/// which answers `ERROR` to fewer than two arguments, an unknown setting or a value
+/// that is not a number.
+fn parse_extstore<'a>(t: &Tokens<'a>) -> Request<'a> {
+    let ntokens = t.len() + 1;
+    let noreply = t.last_is_noreply();
+    let num = || safe_strtoul(t.get(2));
+    let setting = if ntokens < 4 {
+        None
+    } else {
+        match t.get(1) {
+            b"free_memchunks" if ntokens > 4 => {
+                match (safe_strtoul(t.get(2)), safe_strtoul(t.get(3))) {
+                    // memcached's MAX_NUMBER_OF_SLAB_CLASSES.
+                    (Some(class), Some(_)) if class < 64 => Some(ExtstoreSetting::FreeMemchunks),
+                    _ => None,
+                }
+            }
+            b"item_size" => num().map(ExtstoreSetting::ItemSize),
+            b"item_age" => num().map(ExtstoreSetting::ItemAge),
+            b"low_ttl" => num().map(ExtstoreSetting::LowTtl),
+            b"recache_rate" => num().map(ExtstoreSetting::RecacheRate),
+            b"compact_under" => num().map(ExtstoreSetting::CompactUnder),
+            b"drop_under" => num().map(ExtstoreSetting::DropUnder),
+            b"max_sleep" => num().map(ExtstoreSetting::MaxSleep),
+            b"max_frag" => safe_strtod(t.get(2)).map(ExtstoreSetting::MaxFrag),
+            b"drop_unread" => num().map(|v| ExtstoreSetting::DropUnread(v != 0)),
+            _ => None,
+        }
+    };
+    Request::Tune {
+        command: TuneCommand::Extstore(setting),
+        noreply,
+    }
+}
+
 /// `lru_crawler` without `metadump`: memcached's `process_lru_crawler_command`.
 fn parse_lru_crawler<'a>(t: &Tokens<'a>) -> Request<'a> {
     let ntokens = t.len() + 1;
@@ -484,6 +522,7 @@ fn parse_stats<'a>(t: &Tokens<'a>) -> Request<'a> {
         b"sizes_disable" => StatsGroup::SizesDisable,
         b"conns" => StatsGroup::Conns,
         b"latency" => StatsGroup::Latency,
+        b"extstore" => StatsGroup::Extstore,
         b"items" => StatsGroup::Items,
         _ => return invalid(ErrorReply::Error),
     };

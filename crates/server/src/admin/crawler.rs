@@ -53,6 +53,10 @@ pub struct Tunables {
     pub warm_max_factor: f64,
     pub temp_lru: bool,
     pub temporary_ttl: i32,
+    /// The flash tier's run-time settings (`-o ext_*`, `extstore <setting>`), kept with
+    /// or without a tier, as memcached keeps them; pushed to the tier when it changes.
+    pub ext: storage::FlashTunables,
+    pub ext_max_sleep: u32,
 }
 
 impl Default for Tunables {
@@ -73,6 +77,8 @@ impl Default for Tunables {
             warm_max_factor: 2.0,
             temp_lru: false,
             temporary_ttl: 61,
+            ext: storage::FlashTunables::default(),
+            ext_max_sleep: 1_000_000,
         }
     }
 }
@@ -96,6 +102,7 @@ impl Tunables {
             let float = |why: &str| value.parse::<f64>().map_err(|_| why.to_string());
             match key.as_str() {
                 "lru_crawler" => t.lru_crawler = true,
+                "ext_max_sleep" => t.ext_max_sleep = number("ext_max_sleep")?,
                 "no_lru_crawler" => t.lru_crawler = false,
                 "lru_crawler_sleep" => {
                     t.crawler_sleep_us = at_most(
@@ -337,6 +344,23 @@ impl Crawler {
                 }
                 None => return b"ERROR\r\n",
             },
+            TuneCommand::Extstore(setting) => {
+                use protocol::text::ExtstoreSetting as E;
+                let e = &mut t.ext;
+                match setting {
+                    None => return b"ERROR\r\n",
+                    Some(E::ItemSize(n)) => e.item_size = n,
+                    Some(E::ItemAge(n)) => e.item_age = n,
+                    Some(E::LowTtl(n)) => e.low_ttl = n,
+                    Some(E::RecacheRate(n)) => e.recache_rate = n,
+                    Some(E::CompactUnder(n)) => e.compact_under = n,
+                    Some(E::DropUnder(n)) => e.drop_under = n,
+                    Some(E::MaxSleep(n)) => t.ext_max_sleep = n,
+                    Some(E::MaxFrag(f)) => e.max_frag = f,
+                    Some(E::DropUnread(on)) => e.drop_unread = on,
+                    Some(E::FreeMemchunks) => {}
+                }
+            }
         }
         b"OK\r\n"
     }

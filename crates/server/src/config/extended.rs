@@ -333,27 +333,46 @@ impl Extended {
         if self.ext_paths.is_empty() {
             return None;
         }
-        let get = |k: &str| {
-            self.list
-                .iter()
-                .rev()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.as_str())
-        };
-        let num = |k: &str, d: u64| get(k).and_then(safe_strtoul).map_or(d, u64::from);
         let mut cfg = storage::FlashConfig::new(self.ext_paths.clone());
-        cfg.page_size = num("ext_page_size", 64) << 20;
-        cfg.wbuf_size = (num("ext_wbuf_size", 4) << 20) as usize;
-        let t = &mut cfg.tunables;
-        t.item_size = num("ext_item_size", 512) as u32;
-        t.item_age = num("ext_item_age", u64::from(u32::MAX)) as u32;
-        t.low_ttl = num("ext_low_ttl", 0) as u32;
-        t.recache_rate = num("ext_recache_rate", 2000) as u32;
-        t.compact_under = num("ext_compact_under", 0) as u32;
-        t.drop_under = num("ext_drop_under", 0) as u32;
-        t.max_frag = get("ext_max_frag").and_then(safe_strtod).unwrap_or(0.8);
-        t.drop_unread = get("ext_drop_unread").is_some();
+        cfg.page_size = self.ext_number("ext_page_size", 64) << 20;
+        cfg.wbuf_size = (self.ext_number("ext_wbuf_size", 4) << 20) as usize;
+        cfg.tunables = self.flash_tunables();
         Some(cfg)
+    }
+
+    /// An `ext_*` option's value as given, the last one winning.
+    fn ext_value(&self, k: &str) -> Option<&str> {
+        self.list
+            .iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// An `ext_*` number as given, or its default.
+    fn ext_number(&self, k: &str, default: u64) -> u64 {
+        self.ext_value(k)
+            .and_then(safe_strtoul)
+            .map_or(default, u64::from)
+    }
+
+    /// The run-time `ext_*` settings as given (with or without `ext_path`: memcached
+    /// shows and changes them either way).
+    pub fn flash_tunables(&self) -> storage::FlashTunables {
+        let num = |k: &str, d: u64| self.ext_number(k, d) as u32;
+        storage::FlashTunables {
+            item_size: num("ext_item_size", 512),
+            item_age: num("ext_item_age", u64::from(u32::MAX)),
+            low_ttl: num("ext_low_ttl", 0),
+            recache_rate: num("ext_recache_rate", 2000),
+            compact_under: num("ext_compact_under", 0),
+            drop_under: num("ext_drop_under", 0),
+            max_frag: self
+                .ext_value("ext_max_frag")
+                .and_then(safe_strtod)
+                .unwrap_or(0.8),
+            drop_unread: self.ext_value("ext_drop_unread").is_some(),
+        }
     }
 }
 

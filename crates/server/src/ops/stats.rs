@@ -101,6 +101,17 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("get_misses", c.get_misses);
     o.num("get_expired", c.get_expired);
     o.num("get_flushed", c.get_flushed);
+    let flash = shared.store.flash().map(storage::Flash::stats);
+    if let Some(f) = &flash {
+        o.num("get_extstore", f.get_extstore);
+        // Reads are never abandoned, and their buffers are not taken from a pool that
+        // can run out (memcached's two counters for those).
+        o.num("get_aborted_extstore", 0u32);
+        o.num("get_oom_extstore", 0u32);
+        o.num("recache_from_extstore", f.recache_from_extstore);
+        o.num("miss_from_extstore", f.miss_from_extstore);
+        o.num("badcrc_from_extstore", f.badcrc_from_extstore);
+    }
     o.num("delete_misses", c.delete_misses);
     o.num("delete_hits", c.delete_hits);
     o.num("incr_misses", c.incr_misses);
@@ -181,6 +192,28 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     );
     o.num("log_watcher_sent", w.watcher_sent.load(Ordering::Relaxed));
     o.num("log_watchers", w.attached.load(Ordering::Relaxed));
+    if let Some(f) = &flash {
+        o.num("extstore_compact_lost", f.compact_lost);
+        o.num("extstore_compact_rescues", f.compact_rescues);
+        o.num("extstore_compact_skipped", f.compact_skipped);
+        o.num("extstore_page_allocs", f.page_allocs);
+        o.num("extstore_page_evictions", f.page_evictions);
+        o.num("extstore_page_reclaims", f.page_reclaims);
+        o.num("extstore_pages_free", f.pages_free);
+        o.num("extstore_pages_used", f.pages_used);
+        o.num("extstore_objects_evicted", f.objects_evicted);
+        o.num("extstore_objects_read", f.objects_read);
+        o.num("extstore_objects_written", f.objects_written);
+        o.num("extstore_objects_used", f.objects_used);
+        o.num("extstore_bytes_evicted", f.bytes_evicted);
+        o.num("extstore_bytes_written", f.bytes_written);
+        o.num("extstore_bytes_read", f.bytes_read);
+        o.num("extstore_bytes_used", f.bytes_used);
+        o.num("extstore_bytes_fragmented", f.bytes_fragmented);
+        o.num("extstore_limit_maxbytes", f.page_count * f.page_size);
+        // Reads run on the worker that asks (no queue between them and the file).
+        o.num("extstore_io_queue", 0u32);
+    }
     if let Some(tls) = &shared.tls {
         if tls.options().session_cache {
             o.num("ssl_new_sessions", tls.new_sessions());
@@ -236,9 +269,34 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("conn_buffer_pooled_bytes", conn.buffers_pooled());
     o.num("conn_state_bytes", conn.state_bytes);
     o.num("conn_charged_bytes", store.outside_bytes);
+    if let Some(f) = &flash {
+        // The tier's own failures, beside memcached's counters.
+        o.num("extstore_write_errors", f.write_errors);
+        o.num("extstore_read_errors", f.read_errors);
+        o.num(
+            "extstore_buffer_bytes",
+            shared.store.flash().map_or(0, storage::Flash::buffer_bytes),
+        );
+    }
     if let Some(tls) = &shared.tls {
         // TLS errors after a completed handshake (memcached counts none).
         o.num("ssl_proto_errors", tls.proto_errors.load(Ordering::Relaxed));
+    }
+    o.end();
+}
+
+/// `stats extstore`: each page's version (0: free), live bytes and bucket, as
+/// memcached's `process_extstore_stats` prints them; only `END` without a tier.
+pub fn extstore(shared: &Shared, buf: &mut Vec<u8>) {
+    let mut o = Out(buf);
+    if let Some(flash) = shared.store.flash() {
+        for (i, (version, bytes)) in flash.page_data().into_iter().enumerate() {
+            o.num(&format!("{i}:version"), version);
+            o.num(&format!("{i}:bytes"), bytes);
+            // Pages are not split into buckets here: every page is memcached's bucket 0.
+            o.num(&format!("{i}:bucket"), 0u32);
+            o.num(&format!("{i}:free_bucket"), 0u32);
+        }
     }
     o.end();
 }
@@ -375,27 +433,19 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
     );
     o.yes_no("track_sizes", shared.sizes_tracking.load(Ordering::Relaxed));
     o.str("inline_ascii_response", "no");
-    // The flash tier's settings as memcached's build shows them; with no `ext_path`
-    // (which start-up refuses until the tier exists) they change nothing.
-    o.num("ext_item_size", number("ext_item_size", 512, 1));
-    o.num(
-        "ext_item_age",
-        number("ext_item_age", u64::from(u32::MAX), 1),
-    );
-    o.num("ext_low_ttl", number("ext_low_ttl", 0, 1));
-    o.num("ext_recache_rate", number("ext_recache_rate", 2000, 1));
+    // The flash tier's settings as memcached's build shows them, with what `extstore`
+    // changed since; without `ext_path` they are kept and change nothing, as there.
+    let tun = shared.crawler.tunables();
+    let ext = tun.ext;
+    o.num("ext_item_size", ext.item_size);
+    o.num("ext_item_age", ext.item_age);
+    o.num("ext_low_ttl", ext.low_ttl);
+    o.num("ext_recache_rate", ext.recache_rate);
     o.num("ext_wbuf_size", number("ext_wbuf_size", 4 << 20, 1 << 20));
-    o.num("ext_compact_under", number("ext_compact_under", 0, 1));
-    o.num("ext_drop_under", number("ext_drop_under", 0, 1));
-    o.num("ext_max_sleep", number("ext_max_sleep", 1_000_000, 1));
-    o.str(
-        "ext_max_frag",
-        &c_fixed2(
-            opt("ext_max_frag")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0.8),
-        ),
-    );
+    o.num("ext_compact_under", ext.compact_under);
+    o.num("ext_drop_under", ext.drop_under);
+    o.num("ext_max_sleep", tun.ext_max_sleep);
+    o.str("ext_max_frag", &c_fixed2(ext.max_frag));
     o.str(
         "slab_automove_freeratio",
         &format!(
@@ -405,7 +455,7 @@ pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
                 .unwrap_or(0.01)
         ),
     );
-    o.yes_no("ext_drop_unread", has("ext_drop_unread"));
+    o.yes_no("ext_drop_unread", ext.drop_unread);
     tls_settings(&s.tls, &mut o);
     o.str("num_napi_ids", opt("napi_ids").unwrap_or("(null)"));
     // memcached prints its `settings.memory_file` with `%s`: glibc's `(null)` without -e.

@@ -11,7 +11,9 @@
 //! text protocol's; they reach the store and the counters only through `ops`'s calls.
 
 use protocol::fast::KeyScan;
-use protocol::text::{DetailOp, GetCommand, Keys, Request, StatsGroup, StoreCommand, MAX_KEY_LEN};
+use protocol::text::{
+    DetailOp, GetCommand, Keys, Request, StatsGroup, StoreCommand, TuneCommand, MAX_KEY_LEN,
+};
 use storage::{
     ItemRef, KeyHash, Located, Lookup, MetaArith, Peeked, StoreMode, StoreOutcome, Visit,
     PREFETCH_DISTANCE,
@@ -159,6 +161,11 @@ impl Exec<'_> {
             }
             Request::Tune { command, noreply } => {
                 reply(out, noreply, self.shared.crawler.tune(command));
+                if let (TuneCommand::Extstore(_), Some(flash)) =
+                    (command, self.shared.store.flash())
+                {
+                    flash.set_tunables(self.shared.crawler.tunables().ext);
+                }
             }
         }
         Flow::Continue
@@ -642,6 +649,7 @@ impl Exec<'_> {
             StatsGroup::Conns => self.shared.conns.report(-1, self.shared.clock.now(), out),
             StatsGroup::Sizes => crate::ops::slabs::sizes(self.shared, out),
             StatsGroup::Latency => stats_report::latency(self.shared, out),
+            StatsGroup::Extstore => stats_report::extstore(self.shared, out),
         }
     }
 }

@@ -72,6 +72,13 @@ impl Shared {
             Some(path) => Some(AuthFile::load(path)?),
             None => None,
         };
+        let mut tunables =
+            crawler::Tunables::from_options(&settings.extended).map_err(anyhow::Error::msg)?;
+        // With a tier, what it made of the options (compact_under's default is a quarter
+        // of its pages); without, the options as given.
+        tunables.ext = store
+            .flash()
+            .map_or(settings.ext_tunables, storage::Flash::tunables);
         let clock = Clock::new();
         let watch = Arc::new(Watch::new(&settings.extended));
         let started = clock.process_started();
@@ -105,9 +112,7 @@ impl Shared {
             sasl,
             ascii_auth,
             prefixes: PrefixStats::new(settings.prefix_delimiter()),
-            crawler: crawler::Crawler::new(
-                crawler::Tunables::from_options(&settings.extended).map_err(anyhow::Error::msg)?,
-            ),
+            crawler: crawler::Crawler::new(tunables),
             conns: ConnRegistry::default(),
             watch,
             settings,
