@@ -249,6 +249,12 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
             .name("maintenance".into())
             .spawn(move || maintenance_loop(&shared))?
     };
+    if shared.store.flash().is_some() {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("ext-compact".into())
+            .spawn(move || flash_loop(&shared))?;
+    }
     // `watch`'s logger thread: runs until exit, idle while nobody watches.
     crate::admin::watch::logger::spawn(shared.watch.clone())?;
     let crawler = {
@@ -340,6 +346,24 @@ fn maintenance_loop(shared: &Shared) {
         }
         crate::sys::release_free_heap();
         charge_connections(shared);
+    }
+}
+
+/// The flash tier's compaction (memcached's `storage_compact_thread`): a page at a time
+/// while the tier's rule finds one to empty, else a pause of `ext_max_sleep`
+/// microseconds, at least 10 ms and at most 100 ms, so shutdown is prompt. It runs off
+/// the workers: a page is read whole and its live records written again.
+fn flash_loop(shared: &Shared) {
+    while !shared.shutting_down.load(Ordering::Relaxed) {
+        if shared.store.flash_compact(shared.clock.now()) {
+            continue;
+        }
+        let us = shared
+            .crawler
+            .tunables()
+            .ext_max_sleep
+            .clamp(10_000, 100_000);
+        std::thread::sleep(Duration::from_micros(u64::from(us)));
     }
 }
 
