@@ -84,9 +84,9 @@ impl Store {
                 if let (Some(cas), true) = (cas, fits(len)) {
                     let end = top as usize + len;
                     *active = Some((seg, end as u32));
-                    self.segments[seg as usize]
-                        .pending
-                        .fetch_add(1, Ordering::Relaxed);
+                    let meta = &self.segments[seg as usize];
+                    meta.pending.fetch_add(1, Ordering::Relaxed);
+                    meta.last_cas.store(cas, Ordering::Relaxed);
                     let ntotal = self.memcached_total(new.klen, new.vlen, new.flags != 0);
                     return Some(Reservation {
                         seg,
@@ -177,7 +177,7 @@ impl Store {
                 let aged =
                     self.peek_next_cas() - self.cas_base(victim.0) > item::NARROW_CAS_SPAN / 2;
                 let budget = if aged { 0 } else { budget };
-                let used = self.evict_segment(victim.0, victim.1, budget, false, now);
+                let used = self.evict_segment(victim.0, victim.1, WalkMode::Evict(budget), now);
                 self.direct_reclaims.fetch_add(1, Ordering::Relaxed);
                 self.reopen_to_pins(victim.0);
                 if used == 0 {
@@ -244,7 +244,7 @@ impl Store {
                     } else {
                         0
                     };
-                    let kept = self.evict_segment(victim.0, victim.1, budget, false, now);
+                    let kept = self.evict_segment(victim.0, victim.1, WalkMode::Evict(budget), now);
                     self.reopen_to_pins(victim.0);
                     if kept > 0 {
                         self.pool_lock().sealed.push_back((victim.0, kept));
@@ -269,7 +269,7 @@ impl Store {
     /// every live item, and hand it out if `len` bytes fit after them; otherwise it
     /// goes back to the FIFO.
     fn compact_closed(&self, seg: u32, top: u32, len: usize, now: RelTime) -> Option<(u32, u32)> {
-        let used = self.evict_segment(seg, top, usize::MAX, true, now);
+        let used = self.evict_segment(seg, top, WalkMode::KeepAll, now);
         self.reopen_to_pins(seg);
         if used == 0 {
             self.rebase(seg);
@@ -357,17 +357,10 @@ impl Store {
         self.compact_closed(seg, top, len, now)
     }
 
-    /// Walk sealed segment `seg` (bytes `0..top`), drop or keep each item, compact the
-    /// kept ones to the front and return how many bytes they take. `keep_all` keeps every
-    /// live item (no evictions); otherwise accessed items are kept up to `budget` bytes.
-    pub(crate) fn evict_segment(
-        &self,
-        seg: u32,
-        top: u32,
-        budget: usize,
-        keep_all: bool,
-        now: RelTime,
-    ) -> u32 {
+    /// Walk sealed segment `seg` (bytes `0..top`), drop, keep or send to flash each
+    /// item as `mode` says, compact the kept ones to the front and return how many
+    /// bytes they take.
+    pub(crate) fn evict_segment(&self, seg: u32, top: u32, mode: WalkMode, now: RelTime) -> u32 {
         // Writers that reserved space before the segment was sealed finish quickly: they
         // only need their own shard lock, and we hold none.
         // SAFETY: every caller took `seg` off the sealed FIFO and closed it to pins
@@ -384,71 +377,98 @@ impl Store {
                 table, stats, held, ..
             } = &mut *shard;
             let me = pack(seg, off as u32);
-            if let Some(mut o) = table.find_entry(h, |e| e == me) {
-                let hdr: Header = self.header(held, me);
-                let fetched = hdr.mark & MARK_FETCHED != 0;
-                let mut live = self.liveness(&hdr, now);
-                // A stub whose page was reused holds nothing any more: dropped like an
-                // expired item, not counted as an eviction.
-                if hdr.prefix.flash && live == Liveness::Live && !self.stub_current(held, me) {
-                    live = Liveness::Expired;
+            let Some(mut o) = table.find_entry(h, |e| e == me) else {
+                continue;
+            };
+            let hdr: Header = self.header(held, me);
+            let fetched = hdr.mark & MARK_FETCHED != 0;
+            let accessed = hdr.mark & MARK_ACCESSED != 0;
+            let mut live = self.liveness(&hdr, now);
+            // A stub whose page was reused holds nothing any more: dropped like an
+            // expired item, not counted as an eviction.
+            if hdr.prefix.flash && live == Liveness::Live && !self.stub_current(held, me) {
+                live = Liveness::Expired;
+            }
+            let fate = match (live, mode) {
+                (Liveness::Expired | Liveness::Flushed, _) => Fate::Unlink,
+                (Liveness::Live, WalkMode::KeepAll) => Fate::Keep,
+                // Stubs are kept like read items: they are small (a header, the key and 16
+                // bytes), and the value they stand for is on flash, whose own page
+                // evictions decide how long it stays.
+                (Liveness::Live, WalkMode::Evict(budget))
+                    if (accessed || hdr.prefix.flash) && kept + len <= budget =>
+                {
+                    Fate::SecondChance
                 }
-                match live {
-                    Liveness::Expired | Liveness::Flushed => {
-                        o.remove();
-                        let class = self.unlinked(held, stats, me);
-                        let c = stats.class_mut(class);
-                        c.reclaimed += 1;
-                        if !fetched {
-                            c.expired_unfetched += 1;
-                        }
+                (Liveness::Live, WalkMode::Evict(budget))
+                    if self.flash_wants(&hdr, kept, budget, now) =>
+                {
+                    Fate::Flash { or_evict: true }
+                }
+                (Liveness::Live, WalkMode::Evict(_)) => Fate::Evict,
+                // The age pass sends old, unread values and keeps everything else as is.
+                (Liveness::Live, WalkMode::ToFlash(age))
+                    if !accessed
+                        && now.saturating_sub(self.time_log.time_of(hdr.cas)) >= age
+                        && self.flash_wants(&hdr, 0, usize::MAX, now) =>
+                {
+                    Fate::Flash { or_evict: false }
+                }
+                (Liveness::Live, WalkMode::ToFlash(_)) => Fate::Keep,
+            };
+            match fate {
+                Fate::Unlink => {
+                    o.remove();
+                    let class = self.unlinked(held, stats, me);
+                    let c = stats.class_mut(class);
+                    c.reclaimed += 1;
+                    if !fetched {
+                        c.expired_unfetched += 1;
                     }
-                    // Stubs are kept like read items: they are small (a header, the key and
-                    // 16 bytes), and the value they stand for is on flash, whose own
-                    // page evictions decide how long it stays.
-                    Liveness::Live
-                        if keep_all
-                            || ((hdr.mark & MARK_ACCESSED != 0 || hdr.prefix.flash)
-                                && kept + len <= budget) =>
-                    {
-                        // Moved down over bytes already unlinked or moved, under the
-                        // item's shard lock (rule 2).
-                        let prefix = rec.prefix;
-                        let dest = walk.keep(held, rec);
-                        if dest != off {
+                }
+                Fate::Keep | Fate::SecondChance => {
+                    // Moved down over bytes already unlinked or moved, under the item's
+                    // shard lock (rule 2).
+                    let prefix = rec.prefix;
+                    let dest = walk.keep(held, rec);
+                    if dest != off {
+                        o.replace(pack(seg, dest as u32));
+                    }
+                    if fate == Fate::SecondChance {
+                        let w = walk.window(held, dest, prefix);
+                        item::clear_mark(w, MARK_ACCESSED);
+                        let ntotal =
+                            self.memcached_total(prefix.klen, prefix.vlen, prefix.has_flags);
+                        stats.class_mut(self.classes.class_of(ntotal)).retained += 1;
+                        kept += len;
+                    }
+                }
+                Fate::Flash { or_evict } => {
+                    // Its value goes to flash and the item stays indexed as a stub at the
+                    // front of the kept records (`store/flash.rs`); if the flash write
+                    // fails it is evicted like any other, or kept by the age pass.
+                    match self.to_flash(&mut walk, &rec, held, stats, me) {
+                        Some(dest) => {
                             o.replace(pack(seg, dest as u32));
+                            kept = walk.front();
                         }
-                        if !keep_all {
-                            let w = walk.window(held, dest, prefix);
-                            item::clear_mark(w, MARK_ACCESSED);
-                            let ntotal =
-                                self.memcached_total(prefix.klen, prefix.vlen, prefix.has_flags);
-                            stats.class_mut(self.classes.class_of(ntotal)).retained += 1;
-                            kept += len;
+                        None if or_evict => {
+                            o.remove();
+                            self.evicted(held, stats, me, &hdr, walk.key(&rec), now);
                         }
-                    }
-                    Liveness::Live if !keep_all && self.flash_wants(&hdr, kept, budget, now) => {
-                        // Its value goes to flash and the item stays indexed as a stub at
-                        // the front of the kept records (`store/flash.rs`); if the flash
-                        // write fails it is evicted like any other.
-                        match self.to_flash(&mut walk, &rec, held, stats, me) {
-                            Some(dest) => {
+                        None => {
+                            let dest = walk.keep(held, rec);
+                            if dest != off {
                                 o.replace(pack(seg, dest as u32));
-                                kept = walk.front();
-                            }
-                            None => {
-                                o.remove();
-                                self.evicted(held, stats, me, &hdr, walk.key(&rec), now);
                             }
                         }
                     }
-                    Liveness::Live => {
-                        o.remove();
-                        self.evicted(held, stats, me, &hdr, walk.key(&rec), now);
-                    }
+                }
+                Fate::Evict => {
+                    o.remove();
+                    self.evicted(held, stats, me, &hdr, walk.key(&rec), now);
                 }
             }
-            drop(shard);
         }
         walk.front() as u32
     }
@@ -671,6 +691,30 @@ impl Store {
         }
         true
     }
+}
+
+/// How [`Store::evict_segment`] treats the live items of the segment it walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WalkMode {
+    /// Room is needed: items read since their last second chance (and flash stubs) are
+    /// kept up to this many bytes, values the flash tier wants go to flash, the rest
+    /// are evicted.
+    Evict(usize),
+    /// Keep every live item (compaction, `-M`).
+    KeepAll,
+    /// The flash tier's age pass: values not read since their last second chance and
+    /// stored at least this many seconds ago go to flash; everything else stays.
+    ToFlash(u32),
+}
+
+/// What the walk does with one live or dead item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    Unlink,
+    Keep,
+    SecondChance,
+    Flash { or_evict: bool },
+    Evict,
 }
 
 /// What one [`Store::crawl`] step did, and whether the crawl has more to walk.

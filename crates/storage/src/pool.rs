@@ -40,6 +40,10 @@ pub(crate) struct SegmentMeta {
     /// segment empty, under its group lock, before any reservation in it; read under
     /// the shard lock of an item in it, after that item was published.
     pub cas_base: AtomicU64,
+    /// The CAS id of the last reservation in the segment, for the flash tier's age pass
+    /// (`store/flash.rs`): every item written in it is at least as old as that id's
+    /// second. `u64::MAX` before the first and once the pass has walked the segment.
+    pub last_cas: AtomicU64,
 }
 
 impl SegmentMeta {
@@ -56,6 +60,7 @@ impl SegmentMeta {
             live_bytes: AtomicU64::new(0),
             pins: AtomicU32::new(0),
             cas_base: AtomicU64::new(0),
+            last_cas: AtomicU64::new(u64::MAX),
         }
     }
 }

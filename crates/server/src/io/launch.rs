@@ -349,13 +349,16 @@ fn maintenance_loop(shared: &Shared) {
     }
 }
 
-/// The flash tier's compaction (memcached's `storage_compact_thread`): a page at a time
-/// while the tier's rule finds one to empty, else a pause of `ext_max_sleep`
-/// microseconds, at least 10 ms and at most 100 ms, so shutdown is prompt. It runs off
-/// the workers: a page is read whole and its live records written again.
+/// The flash tier's background work, off the workers: compaction (memcached's
+/// `storage_compact_thread`), a page at a time while the tier's rule finds one to
+/// empty, and with `ext_item_age` the age pass (its `storage_write_thread`), a segment
+/// at a time; else a pause of `ext_max_sleep` microseconds, at least 10 ms and at most
+/// 100 ms, so shutdown is prompt.
 fn flash_loop(shared: &Shared) {
     while !shared.shutting_down.load(Ordering::Relaxed) {
-        if shared.store.flash_compact(shared.clock.now()) {
+        let now = shared.clock.now();
+        let compacted = shared.store.flash_compact(now);
+        if shared.store.flash_age_pass(now) || compacted {
             continue;
         }
         let us = shared

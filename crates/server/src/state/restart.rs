@@ -225,6 +225,17 @@ pub fn restore(shared: &Shared) -> Result<()> {
                     started.elapsed().as_millis()
                 );
             }
+            // Items whose values were on flash come back as stubs, but the flash tier's
+            // page table is not in the image (nor flushed with it), so their records
+            // cannot be told from stale ones: they are dropped, and said so whatever
+            // the verbosity, as memcached's restart says what it throws away.
+            let dropped = shared.store.drop_flash_stubs();
+            if dropped > 0 {
+                eprintln!(
+                    "ferrocache: [restart] {path}: dropped {dropped} items whose values were on \
+                     flash: the flash tier does not survive a restart (its page table is not saved)"
+                );
+            }
         }
         Err(why) => starting_empty(path, &why),
     }

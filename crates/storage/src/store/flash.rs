@@ -234,6 +234,62 @@ impl Store {
         true
     }
 
+    /// One step of the age pass (`ext_item_age`, memcached's background writer): the
+    /// oldest sealed segment whose items were all stored at least `item_age` seconds ago
+    /// and that the pass has not walked since it was sealed is walked, its values old
+    /// and unread enough going to flash (`WalkMode::ToFlash`); it goes back to its place
+    /// in the FIFO with its kept items at its front. Only the oldest
+    /// `AGE_SCAN_SEGMENTS` are looked at. Returns whether a segment was walked.
+    pub fn flash_age_pass(&self, now: RelTime) -> bool {
+        const AGE_SCAN_SEGMENTS: usize = 256;
+        let Some(age) = self.flash.as_ref().and_then(Flash::item_age) else {
+            return false;
+        };
+        let old_enough = |seg: u32| {
+            let last = self.segments[seg as usize].last_cas.load(Ordering::Relaxed);
+            last != u64::MAX && now.saturating_sub(self.time_log.time_of(last)) >= age
+        };
+        // A writer's open segment that nothing was written to for `age` seconds is
+        // sealed, so that the last values stored before a pause go to flash too (as
+        // memcached's writer takes them from any LRU). The rest of it stays unused
+        // until the segment comes round.
+        for group in self.groups.iter() {
+            let mut active = group.lock();
+            if let Some((seg, top)) = *active {
+                if old_enough(seg) {
+                    *active = None;
+                    self.pool_lock().sealed.push_back((seg, top));
+                }
+            }
+        }
+        let (at, seg, top) = {
+            let mut pool = self.pool_lock();
+            let found = pool
+                .sealed
+                .iter()
+                .take(AGE_SCAN_SEGMENTS)
+                .position(|&(seg, _)| old_enough(seg));
+            let Some(at) = found else {
+                return false;
+            };
+            let (seg, top) = pool.sealed[at];
+            if !self.close_to_pins(seg) {
+                return false;
+            }
+            pool.sealed.remove(at);
+            (at, seg, top)
+        };
+        let used = self.evict_segment(seg, top, crate::evict::WalkMode::ToFlash(age), now);
+        self.reopen_to_pins(seg);
+        self.segments[seg as usize]
+            .last_cas
+            .store(u64::MAX, Ordering::Relaxed);
+        let mut pool = self.pool_lock();
+        let at = at.min(pool.sealed.len());
+        pool.sealed.insert(at, (seg, used));
+        true
+    }
+
     /// Point stub `e` at `loc`.
     fn rewrite_stub(&self, held: &mut LockHeld, e: u64, loc: StubLoc) {
         loc.write(self.stub_bytes_mut(held, e));
