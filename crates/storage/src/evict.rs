@@ -176,8 +176,17 @@ impl Store {
                 // kept ones would soon all be wide.
                 let aged =
                     self.peek_next_cas() - self.cas_base(victim.0) > item::NARROW_CAS_SPAN / 2;
-                let budget = if aged { 0 } else { budget };
-                let used = self.evict_segment(victim.0, victim.1, WalkMode::Evict(budget), now);
+                // Stubs of values sent to flash may take whatever leaves room for `len`:
+                // at a few dozen bytes each, a segment of values leaves a few percent.
+                let mode = if aged {
+                    WalkMode::Evict { keep: 0, stubs: 0 }
+                } else {
+                    WalkMode::Evict {
+                        keep: budget,
+                        stubs: size - len,
+                    }
+                };
+                let used = self.evict_segment(victim.0, victim.1, mode, now);
                 self.direct_reclaims.fetch_add(1, Ordering::Relaxed);
                 self.reopen_to_pins(victim.0);
                 if used == 0 {
@@ -244,7 +253,11 @@ impl Store {
                     } else {
                         0
                     };
-                    let kept = self.evict_segment(victim.0, victim.1, WalkMode::Evict(budget), now);
+                    let mode = WalkMode::Evict {
+                        keep: budget,
+                        stubs: budget,
+                    };
+                    let kept = self.evict_segment(victim.0, victim.1, mode, now);
                     self.reopen_to_pins(victim.0);
                     if kept > 0 {
                         self.pool_lock().sealed.push_back((victim.0, kept));
@@ -395,17 +408,19 @@ impl Store {
                 // Stubs are kept like read items: they are small (a header, the key and 16
                 // bytes), and the value they stand for is on flash, whose own page
                 // evictions decide how long it stays.
-                (Liveness::Live, WalkMode::Evict(budget))
-                    if (accessed || hdr.prefix.flash) && kept + len <= budget =>
+                (Liveness::Live, WalkMode::Evict { keep, .. })
+                    if (accessed || hdr.prefix.flash) && kept + len <= keep =>
                 {
                     Fate::SecondChance
                 }
-                (Liveness::Live, WalkMode::Evict(budget))
-                    if self.flash_wants(&hdr, kept, budget, now) =>
+                // Read items past the second-chance budget go to flash as well: a
+                // value read once is no less worth keeping than one never read.
+                (Liveness::Live, WalkMode::Evict { stubs, .. })
+                    if self.flash_wants(&hdr, kept, stubs, now) =>
                 {
                     Fate::Flash { or_evict: true }
                 }
-                (Liveness::Live, WalkMode::Evict(_)) => Fate::Evict,
+                (Liveness::Live, WalkMode::Evict { .. }) => Fate::Evict,
                 // The age pass sends old, unread values and keeps everything else as is.
                 (Liveness::Live, WalkMode::ToFlash(age))
                     if !accessed
@@ -697,9 +712,9 @@ impl Store {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WalkMode {
     /// Room is needed: items read since their last second chance (and flash stubs) are
-    /// kept up to this many bytes, values the flash tier wants go to flash, the rest
-    /// are evicted.
-    Evict(usize),
+    /// kept up to `keep` bytes, values the flash tier wants go to flash while their
+    /// stubs fit in `stubs` bytes (with what is kept), the rest are evicted.
+    Evict { keep: usize, stubs: usize },
     /// Keep every live item (compaction, `-M`).
     KeepAll,
     /// The flash tier's age pass: values not read since their last second chance and

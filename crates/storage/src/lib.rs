@@ -71,8 +71,8 @@ pub use item::StubLoc;
 pub use meta::{ItemMut, MetaArith, MetaStore};
 pub use pin::{Origin, ValuePin};
 pub use store::{
-    Evicted, EvictionSink, ImageError, ImageHead, ImageSource, ImageSummary, KeyHash, Peeked,
-    Store, StoreBuilder, Visit, MEMCACHED_CAS_BYTES, PREFETCH_DISTANCE,
+    Evicted, EvictionSink, FlashAction, ImageError, ImageHead, ImageSource, ImageSummary, KeyHash,
+    Peeked, Store, StoreBuilder, Visit, MEMCACHED_CAS_BYTES, PREFETCH_DISTANCE,
 };
 
 /// Seconds of server uptime. The server's clock starts at 1, so 0 never means "now".

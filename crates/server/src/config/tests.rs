@@ -165,10 +165,17 @@ fn loop_checks_return_1() {
         refused(&["-o", "ext_page_size=x"]),
         (1, "could not parse argument to ext_page_size".into())
     );
-    let (status, message) = refused(&["-o", "ext_path=/tmp/f:64m"]);
+    // extstore's messages for an ext_path without a size or with no page in it.
+    let (status, message) = refused(&["-o", "ext_path=/tmp/f"]);
     assert_eq!(status, 1);
     assert!(
-        message.contains("extstore") && message.contains("not supported"),
+        message.contains("must supply size to ext_path"),
+        "{message}"
+    );
+    let (status, message) = refused(&["-o", "ext_path=/tmp/f:0m"]);
+    assert_eq!(status, 1);
+    assert!(
+        message.contains("failed to parse ext_path argument"),
         "{message}"
     );
 }
@@ -308,5 +315,5 @@ fn help_lists_every_option() {
         }
     }
     // memcached's test suite runs its extstore tests when -h mentions ext_path.
-    assert!(!text.contains("ext_path"));
+    assert!(text.contains("ext_path"));
 }

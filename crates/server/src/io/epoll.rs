@@ -47,6 +47,8 @@ struct Client {
     entry: Arc<crate::admin::conns::Entry>,
     /// Registered for writable events because output is pending.
     want_write: bool,
+    /// Its flash reads in flight and done (`flash_io.rs`).
+    reads: crate::io::flash_io::ConnReads,
     /// The TLS session of a connection accepted on a TLS listener (`-Z`).
     tls: Option<Box<TlsConn>>,
 }
@@ -66,6 +68,8 @@ pub(crate) struct Worker {
     /// Large get values pinned for the connection being driven (`--zero-copy-min`);
     /// empty between connections.
     splices: Option<RefCell<Splices>>,
+    /// Flash reads off the worker (`flash_io.rs`), with a flash tier.
+    flash: Option<crate::io::flash_io::WorkerReads>,
     /// `Exec::splice_min` for this worker's connections.
     splice_min: usize,
     /// `--busy-poll-us`: how long to poll before sleeping.
@@ -112,6 +116,7 @@ impl Worker {
             again: Vec::new(),
             splices,
             splice_min,
+            flash: crate::io::flash_io::WorkerReads::new(wake.clone()),
             spin: AdaptiveSpin::new(shared.settings.busy_poll_us),
             ahead: Ahead::default(),
             scratch,
@@ -191,7 +196,10 @@ impl Worker {
             }
             for event in events.iter() {
                 match event.token() {
-                    WAKER => clear_wake(&self.wake),
+                    WAKER => {
+                        clear_wake(&self.wake);
+                        self.flash_finished();
+                    }
                     Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
                     Token(t) if t >= UDP_BASE => self.serve_udp(t - UDP_BASE),
                     Token(idx) => self.drive(idx),
@@ -222,6 +230,22 @@ impl Worker {
                 buffers::publish();
                 if !self.scratch.is_empty() {
                     self.expire_handshakes(now);
+                }
+            }
+        }
+    }
+
+    /// Hand finished flash reads to their connections; one whose reads are all done
+    /// runs again this turn.
+    fn flash_finished(&mut self) {
+        let Some(f) = &self.flash else {
+            return;
+        };
+        for d in f.finished() {
+            let slot = d.slot;
+            if let Some(c) = self.clients.get_mut(slot).and_then(Option::as_mut) {
+                if crate::io::flash_io::WorkerReads::deliver(d, &mut c.reads, &mut c.conn) {
+                    self.again.push(slot);
                 }
             }
         }
@@ -288,6 +312,7 @@ impl Worker {
                 entry,
                 want_write: false,
                 tls,
+                reads: self.flash.as_ref().map(|f| f.conn()).unwrap_or_default(),
             });
             // Data may already be waiting (edge-triggered: drive once now).
             self.drive(idx);
@@ -303,6 +328,7 @@ impl Worker {
                 splices: None,
                 splice_min: usize::MAX,
                 fd: -1,
+                flash: None,
             },
             latency: self.latency.as_ref(),
         };
@@ -338,6 +364,7 @@ impl Worker {
                     usize::MAX
                 },
                 fd: client.stream.as_fd().as_raw_fd(),
+                flash: self.flash.as_ref().map(|f| &f.reads),
             },
             latency: self.latency.as_ref(),
         };
@@ -368,7 +395,13 @@ impl Worker {
             if read_any {
                 client.entry.touch(self.shared.clock.now());
             }
+            if let Some(f) = &self.flash {
+                f.begin(&mut client.reads);
+            }
             let status = client.conn.process(&exec, &mut self.ahead);
+            if let Some(f) = &self.flash {
+                f.end(idx, &mut client.reads, &mut client.conn);
+            }
             if status == Status::Close {
                 if let Some(splices) = &self.splices {
                     splices.borrow_mut().release(&self.shared.store);

@@ -12,6 +12,7 @@
 //! none of them parses.
 
 pub mod epoll;
+pub mod flash_io;
 pub mod launch;
 pub mod metrics;
 pub mod net;

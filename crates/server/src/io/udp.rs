@@ -227,6 +227,7 @@ fn answer(
             splices: None,
             splice_min: usize::MAX,
             fd: exec.sink.fd,
+            flash: None,
         },
         latency: exec.latency,
     };

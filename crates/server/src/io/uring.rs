@@ -136,6 +136,8 @@ struct Client {
     /// `watch` accepted for these streams: once the receive is cancelled and no send
     /// is in flight, the socket goes to the logger thread.
     watching: Option<u16>,
+    /// Its flash reads in flight and done (`flash_io.rs`).
+    reads: crate::io::flash_io::ConnReads,
 }
 
 impl Client {
@@ -178,6 +180,8 @@ pub struct UringWorker {
     splices: Option<RefCell<Splices>>,
     /// `Exec::splice_min` for this worker's connections.
     splice_min: usize,
+    /// Flash reads off the worker (`flash_io.rs`), with a flash tier.
+    flash: Option<crate::io::flash_io::WorkerReads>,
     /// Requests parsed ahead, lent to each connection's `process` call.
     ahead: Ahead,
     /// The requests run and not yet timed (`None` with `--latency-histograms off`):
@@ -206,6 +210,7 @@ impl UringWorker {
             ring,
             listeners,
             udp,
+            flash: crate::io::flash_io::WorkerReads::new(wake.clone()),
             wake,
             clients: Vec::new(),
             generations: Vec::new(),
@@ -284,6 +289,7 @@ impl UringWorker {
                 r.woke(now_ticks());
             }
             let incoming = self.reap();
+            self.flash_finished();
             // Only what came in says whether polling pays: the completions of our own
             // sends arrive right after they are submitted, whatever the clients do.
             if let (Some(spin), true) = (&mut self.spin, incoming) {
@@ -449,6 +455,7 @@ impl UringWorker {
                                 splices: None,
                                 splice_min: usize::MAX,
                                 fd: -1,
+                                flash: None,
                             },
                             latency: latency.as_ref(),
                         };
@@ -557,7 +564,24 @@ impl UringWorker {
                 tls,
                 tls_failed: None,
                 watching: None,
+                reads: self.flash.as_ref().map(|f| f.conn()).unwrap_or_default(),
             });
+        }
+    }
+
+    /// Hand finished flash reads to their connections, and queue those whose reads are
+    /// all done to run this turn.
+    fn flash_finished(&mut self) {
+        let Some(f) = &self.flash else {
+            return;
+        };
+        for d in f.finished() {
+            let slot = d.slot;
+            if let Some(c) = self.clients.get_mut(slot).and_then(Option::as_mut) {
+                if crate::io::flash_io::WorkerReads::deliver(d, &mut c.reads, &mut c.conn) {
+                    mark(&mut self.dirty, c, slot);
+                }
+            }
         }
     }
 
@@ -596,10 +620,18 @@ impl UringWorker {
                     usize::MAX
                 },
                 fd: c.fd.as_raw_fd(),
+                flash: self.flash.as_ref().map(|f| &f.reads),
             },
             latency: self.latency.as_ref(),
         };
-        if !drive_client(&mut self.ring, &exec, &mut self.ahead, c, self.draining) {
+        if let Some(f) = &self.flash {
+            f.begin(&mut c.reads);
+        }
+        let open = drive_client(&mut self.ring, &exec, &mut self.ahead, c, self.draining);
+        if let Some(f) = &self.flash {
+            f.end(idx, &mut c.reads, &mut c.conn);
+        }
+        if !open {
             // memcached's reasons: the peer's end of stream and `quit` are normal.
             let reason = if c.broken || c.tls_failed.is_some() || !(c.eof || c.close_after_write) {
                 CloseReason::Error

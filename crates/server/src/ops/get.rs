@@ -65,6 +65,12 @@ impl<'a> Exec<'a> {
         }
     }
 
+    /// Where the key's value lies on flash, if its item is a flash stub (a multi-get
+    /// wanting all its flash reads at once; see `reply/flash.rs`).
+    pub fn flash_loc_of(&self, key: &[u8], now: RelTime) -> Option<storage::StubLoc> {
+        self.store().flash_loc_of(key, now)
+    }
+
     /// [`Exec::lookup`] of a key not yet hashed, with a closure for the hit.
     #[inline]
     pub fn lookup_key<R>(

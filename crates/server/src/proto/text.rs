@@ -262,11 +262,10 @@ impl Exec<'_> {
         // A copy each for `get` and `gets`, so that neither carries the other's cas
         // checks through the reply.
         if command.returns_cas() {
-            self.get_one_as::<true>(key, hashed, out, flush_mark);
+            self.get_one_as::<true>(key, hashed, out, flush_mark)
         } else {
-            self.get_one_as::<false>(key, hashed, out, flush_mark);
+            self.get_one_as::<false>(key, hashed, out, flush_mark)
         }
-        true
     }
 
     /// [`Exec::get_one`] once it runs, with the cas (`gets`) when `CAS`.
@@ -277,7 +276,7 @@ impl Exec<'_> {
         hashed: Option<(KeyHash, Peeked)>,
         out: &mut Vec<u8>,
         flush_mark: &mut usize,
-    ) {
+    ) -> bool {
         let now = self.now();
         let compose = ComposeValue {
             out: &mut *out,
@@ -292,9 +291,15 @@ impl Exec<'_> {
             let (h, peeked) = hashed.unwrap_or_else(|| (self.hash(key), Peeked::default()));
             self.lookup(key, h, peeked, None, now, compose)
         };
+        if self.flash_deferred() {
+            // Its value is on flash: nothing was written or counted, and the request
+            // goes the general way, which pauses it until the read is done.
+            return false;
+        }
         self.count_get(key, &lookup, false);
         out.extend_from_slice(b"END\r\n");
         *flush_mark = out.len();
+        true
     }
 
     /// Answer a retrieval command. Stops after a key once the output reaches
@@ -394,6 +399,7 @@ impl Exec<'_> {
                 Peeked::default(),
                 out,
             ) {
+                Err(GetEnd::Flash) => Some(self.defer_rest(&run, &keys, key)),
                 Err(end) => Some(end),
                 Ok(()) if out.len() >= run.check_at => self.after_key(&mut run, &keys, out),
                 Ok(()) => None,
@@ -434,6 +440,10 @@ impl Exec<'_> {
                     slot.peeked,
                     out,
                 ) {
+                    Err(GetEnd::Flash) => {
+                        keys.skip_to(slot.end);
+                        Some(self.defer_rest(&run, &keys, slot.key))
+                    }
                     Err(end) => Some(end),
                     Ok(()) if out.len() >= run.check_at => {
                         keys.skip_to(slot.end);
@@ -492,6 +502,10 @@ impl Exec<'_> {
             };
             self.lookup(key, h, peeked, touch, run.now, compose)
         };
+        if self.flash_deferred() {
+            // Not answered yet: neither counted nor replied to; the get pauses here.
+            return Err(GetEnd::Flash);
+        }
         // A hit bumps one counter: the lookups are the hits and misses together.
         let hit = matches!(lookup, Lookup::Hit(()));
         run.tally.add(&lookup);
@@ -525,6 +539,32 @@ impl Exec<'_> {
         None
     }
 
+    /// Whether a lookup of this turn deferred a flash read (`reply/flash.rs`).
+    #[inline(always)]
+    pub fn flash_deferred(&self) -> bool {
+        self.sink.flash.is_some_and(|f| f.borrow().deferred())
+    }
+
+    /// A get paused at `key` for its flash read; `keys` is positioned after it. The
+    /// other keys' values on flash are wanted too, so that every read of the command
+    /// goes out at once (they overlap instead of one per resume), and the get resumes
+    /// at `key`.
+    #[cold]
+    #[inline(never)]
+    fn defer_rest(&self, run: &GetRun, keys: &Keys<'_>, key: &[u8]) -> GetEnd {
+        if let Some(reads) = self.sink.flash {
+            let mut reads = reads.borrow_mut();
+            for k in keys.clone() {
+                if k.len() <= MAX_KEY_LEN {
+                    if let Some(loc) = self.flash_loc_of(k, run.now) {
+                        reads.want(k, loc);
+                    }
+                }
+            }
+        }
+        GetEnd::FlashAt(keys.position() - key.len())
+    }
+
     /// Finish [`Exec::get`]: count its lookups, then end the reply as `end` says.
     fn end_get(
         &self,
@@ -540,7 +580,8 @@ impl Exec<'_> {
                 *flush_mark = out.len();
                 None
             }
-            GetEnd::Pause(at) => Some(at),
+            GetEnd::Pause(at) | GetEnd::FlashAt(at) => Some(at),
+            GetEnd::Flash => unreachable!("the get loops give a flash pause its position"),
             GetEnd::TooLong => {
                 // memcached drops every reply not yet written, then errors.
                 out.truncate(*flush_mark);
@@ -679,6 +720,11 @@ enum GetEnd {
     Pause(usize),
     /// A key over 250 bytes: memcached's error, and the replies not yet flushed dropped.
     TooLong,
+    /// A key's value is being read from flash: pause at that key (its position is
+    /// filled in by the loop, which knows it) until the read is done.
+    Flash,
+    /// [`GetEnd::Flash`] with the key's position in the line.
+    FlashAt(usize),
 }
 
 /// A storage command whose data block (`len` bytes and what should be `\r\n`) has
@@ -825,6 +871,16 @@ impl Visit for ComposeValue<'_> {
                 return;
             }
             protocol::reply::compose_value(self.out, item.key, item.flags, item.value, cas);
+        }
+    }
+
+    /// A value on flash: read off the worker when it has I/O threads (the get pauses
+    /// at this key and resumes once the value is read), else now.
+    #[inline]
+    fn flash(&mut self, key: &[u8], loc: storage::StubLoc) -> storage::FlashAction {
+        match self.exec.sink.flash {
+            Some(reads) if !self.discard => reads.borrow_mut().take_or_defer(key, loc),
+            _ => storage::FlashAction::ReadNow,
         }
     }
 }

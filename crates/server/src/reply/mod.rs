@@ -7,6 +7,7 @@
 //! each response message ends. Protocol code writes through the sink and never
 //! knows which backend sends the bytes.
 
+pub mod flash;
 pub mod splice;
 
 use std::cell::RefCell;
@@ -34,6 +35,9 @@ pub struct Sink<'a> {
     pub splice_min: usize,
     /// The connection's socket, for the `cfd=` of `watch`'s log lines (-1: none).
     pub fd: i32,
+    /// Where text gets defer their flash reads, when the worker reads flash off its
+    /// thread (`io/flash_io.rs`); `None` reads them in the lookup.
+    pub flash: Option<&'a RefCell<flash::FlashReads>>,
 }
 
 impl Sink<'_> {
@@ -43,6 +47,7 @@ impl Sink<'_> {
         splices: None,
         splice_min: usize::MAX,
         fd: -1,
+        flash: None,
     };
 
     /// Mark the end of a UDP response message at `at` (nothing over a stream).

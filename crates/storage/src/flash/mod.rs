@@ -231,8 +231,6 @@ struct Counters {
     recache_from_extstore: AtomicU64,
     write_errors: AtomicU64,
     read_errors: AtomicU64,
-    /// Flash hits since start, for `recache_rate`.
-    hits: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -497,8 +495,9 @@ impl Flash {
     }
 
     /// The record of `key` at `loc`, checked, into `out` (cleared first): returns the
-    /// value's range in `out`.
-    pub(crate) fn read(
+    /// value's range in `out`. Counted in the tier's fetch counters. Any thread may
+    /// call it (a connection's worker, or an I/O thread on its behalf).
+    pub fn read(
         &self,
         loc: StubLoc,
         key: &[u8],
@@ -593,17 +592,6 @@ impl Flash {
         })
     }
 
-    /// Whether this flash hit is the one in `recache_rate` to copy back to RAM.
-    pub(crate) fn recache_due(&self) -> bool {
-        let rate = u64::from(self.tun.recache_rate.load(Ordering::Relaxed));
-        let n = self.counters.hits.fetch_add(1, Ordering::Relaxed) + 1;
-        rate != 0 && n % rate == 0
-    }
-
-    pub(crate) fn count_recache(&self) {
-        add(&self.counters.recache_from_extstore, 1);
-    }
-
     /// The page compaction should empty now, by memcached's rule
     /// (`storage_compact_check`): when at most `compact_under` pages are free, the
     /// oldest full page whose live bytes are under `page_size × max_frag × (1 − free
@@ -641,6 +629,33 @@ impl Flash {
             return Some((p, v, true));
         }
         None
+    }
+
+    /// Free every full page that holds no live record (all its items deleted,
+    /// overwritten or expired): memcached's maintenance frees those whatever
+    /// `compact_under` says, as they cost nothing to reclaim. Returns how many.
+    pub(crate) fn reclaim_empty(&self) -> usize {
+        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut freed = 0;
+        let mut i = 0;
+        while i < w.full.len() {
+            let p = w.full[i];
+            let mut st = self.pages[p as usize]
+                .state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if st.live_objects == 0 {
+                *st = PageState::default();
+                drop(st);
+                w.full.remove(i);
+                w.free.push(p);
+                freed += 1;
+            } else {
+                i += 1;
+            }
+        }
+        add(&self.counters.page_reclaims, freed as u64);
+        freed
     }
 
     /// The written bytes of full page `page` at `version`, read whole for compaction;

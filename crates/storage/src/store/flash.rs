@@ -28,6 +28,7 @@ use super::Store;
 use crate::index::{hash_key, unpack, LockHeld, Shard, ShardStats};
 use crate::item::{self, Header, Prefix, StubLoc, MARK_ACCESSED};
 use crate::pin::Origin;
+use crate::store::read::{FlashAction, Visit};
 use crate::{Flash, ItemRef, Lookup, RelTime};
 
 impl Store {
@@ -126,7 +127,8 @@ impl Store {
     /// item), so that the next lookup does not read it again.
     #[cold]
     #[inline(never)]
-    pub(crate) fn get_from_flash<R>(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn get_from_flash<V: Visit>(
         &self,
         shard: crate::index::ShardGuard<'_>,
         key: &[u8],
@@ -134,15 +136,24 @@ impl Store {
         e: u64,
         hdr: Header,
         loc: StubLoc,
-        visit: impl FnOnce(ItemRef<'_>) -> R,
-    ) -> Lookup<R> {
+        mut visit: V,
+    ) -> Lookup<V::Output> {
         drop(shard);
         let Some(flash) = &self.flash else {
             return Lookup::Miss;
         };
-        let mut buf = Vec::new();
-        match flash.read(loc, key, &mut buf) {
-            Ok(range) => Lookup::Hit(visit(ItemRef {
+        let (buf, read) = match visit.flash(key, loc) {
+            FlashAction::Defer => return Lookup::Miss,
+            FlashAction::Ready(Some((buf, range))) => (buf, Ok(range)),
+            FlashAction::Ready(None) => (Vec::new(), Err(crate::flash::ReadError::BadCrc)),
+            FlashAction::ReadNow => {
+                let mut buf = Vec::new();
+                let read = flash.read(loc, key, &mut buf);
+                (buf, read)
+            }
+        };
+        match read {
+            Ok(range) => Lookup::Hit(visit.visit(ItemRef {
                 key,
                 value: &buf[range],
                 flags: hdr.flags,
@@ -154,6 +165,22 @@ impl Store {
                 Lookup::Miss
             }
         }
+    }
+
+    /// Where `key`'s value lies on flash, if its live item is a stub: for a multi-get
+    /// that defers one flash read, to start the reads of its other flash keys at the
+    /// same time. Marks nothing and counts nothing (the lookup that follows does).
+    pub fn flash_loc_of(&self, key: &[u8], now: RelTime) -> Option<StubLoc> {
+        self.flash.as_ref()?;
+        let h = hash_key(self.seed(), key);
+        let mut shard = self.shard_for(h).lock();
+        let Shard {
+            table, stats, held, ..
+        } = &mut *shard;
+        let (_, hdr, record) = self
+            .do_find_live_record(table, stats, held, h, key, now)
+            .ok()?;
+        hdr.prefix.flash.then(|| Self::stub_loc(record))
     }
 
     /// Unlink entry `e` of `key` (hashed `h`), if it is still indexed for that key.
@@ -178,6 +205,9 @@ impl Store {
         let Some(flash) = &self.flash else {
             return false;
         };
+        if flash.reclaim_empty() > 0 {
+            return true;
+        }
         let Some((page, version, drop_unread)) = flash.compaction_candidate() else {
             return false;
         };

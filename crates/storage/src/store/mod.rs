@@ -49,7 +49,7 @@ pub use image::{
     image_fingerprint, ImageError, ImageHead, ImageSource, ImageSummary, IMAGE_HEADER_BYTES,
     IMAGE_MAGIC,
 };
-pub use read::{KeyHash, Peeked, Visit, PREFETCH_DISTANCE};
+pub use read::{FlashAction, KeyHash, Peeked, Visit, PREFETCH_DISTANCE};
 pub(crate) use write::{DeltaResult, WholeExtra, SPAN_SLACK_IDS};
 
 const MAX_SHARDS: usize = 4096;

@@ -44,6 +44,28 @@ pub trait Visit {
     type Output;
     /// Called once, under the shard lock, with the item.
     fn visit(self, item: ItemRef<'_>) -> Self::Output;
+
+    /// The item found is a flash stub (`store/flash.rs`): how to get its value. The
+    /// default reads it now, on the caller's thread, with no lock held; a caller that
+    /// can wait (a connection whose reply can be held back) says
+    /// [`FlashAction::Defer`] and reads it elsewhere, or hands in a value read since.
+    #[inline(always)]
+    fn flash(&mut self, _key: &[u8], _loc: crate::StubLoc) -> FlashAction {
+        FlashAction::ReadNow
+    }
+}
+
+/// What a lookup that found a flash stub does ([`Visit::flash`]).
+#[derive(Debug)]
+pub enum FlashAction {
+    /// Read the value now (a blocking `pread`, or a copy from the write buffer).
+    ReadNow,
+    /// The value, read since by [`crate::Flash::read`] into the buffer (the value's
+    /// range in it), or `None` when that read found no good record.
+    Ready(Option<(Vec<u8>, std::ops::Range<usize>)>),
+    /// Do not read: the lookup returns [`Lookup::Miss`], and the caller, which knows
+    /// it deferred, reads the value and asks again.
+    Defer,
 }
 
 /// A closure as a [`Visit`].
@@ -271,7 +293,7 @@ impl Store {
         }
         if hdr.prefix.flash {
             let loc = Self::stub_loc(bytes);
-            return self.get_from_flash(shard, key, h, e, hdr, loc, |it| v.visit(it));
+            return self.get_from_flash(shard, key, h, e, hdr, loc, v);
         }
         let origin = Origin::segment_id(unpack(e).0);
         // The key handed on is the caller's, equal to the stored one (the lookup compared

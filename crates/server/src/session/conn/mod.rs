@@ -133,6 +133,9 @@ pub struct Conn {
     /// When the input not yet run arrived (`stats/latency.rs`'s clock; 0: none is
     /// waiting), kept while a request is only partly read.
     arrived: u64,
+    /// `paused_get` waits for flash reads (`reply/flash.rs`), which the backend runs
+    /// off the worker; it clears this when they are done ([`Conn::flash_done`]).
+    flash_wait: bool,
 }
 
 /// Where to resume a multi-get whose line is still at the start of the input.
@@ -203,6 +206,7 @@ impl Conn {
             acc_read: 0,
             acc_write: 0,
             arrived: 0,
+            flash_wait: false,
         }
     }
 
@@ -221,6 +225,7 @@ impl Conn {
         self.paused_get = None;
         self.dump = None;
         self.arrived = 0;
+        self.flash_wait = false;
     }
 
     /// Free space to read socket bytes into; call [`Conn::filled`] after.
@@ -251,6 +256,18 @@ impl Conn {
     #[inline]
     pub fn has_input(&self) -> bool {
         self.rpos < self.rlen
+    }
+
+    /// Whether a get is paused waiting for flash reads.
+    #[must_use]
+    #[inline]
+    pub fn flash_waiting(&self) -> bool {
+        self.flash_wait
+    }
+
+    /// The flash reads a paused get waited for are done: the next `process` resumes it.
+    pub fn flash_done(&mut self) {
+        self.flash_wait = false;
     }
 
     /// Whether a multi-get is paused waiting for its output to drain.
@@ -422,6 +439,7 @@ impl Conn {
         if self.state != State::ReadLine
             || self.mode != Mode::Text
             || self.paused_get.is_some()
+            || self.flash_wait
             || self.output_blocked()
         {
             return None;
@@ -476,6 +494,11 @@ impl Conn {
                     self.state = State::ReadLine;
                 }
                 State::ReadLine => {
+                    if self.flash_wait {
+                        // A get waits for its flash reads: nothing after it runs, so
+                        // that replies stay in request order.
+                        return Status::Open;
+                    }
                     if self.output_blocked() {
                         self.stalled = true;
                         return Status::Open;
@@ -539,11 +562,13 @@ impl Conn {
                 &mut self.flush_mark,
                 pause_at,
             );
-            return self.after_get(paused, p.command, p.exptime, p.end, p.next);
+            let flash = exec.flash_deferred();
+            return self.after_get(paused, flash, p.command, p.exptime, p.end, p.next);
         }
         if let Some(i) = ahead.take(self.rpos) {
-            self.run_ahead(exec, ahead, i);
-            return true;
+            if self.run_ahead(exec, ahead, i) {
+                return true;
+            }
         }
         let input = &self.rbuf[self.rpos..self.rlen];
         let Some(&first) = input.first() else {
@@ -644,7 +669,8 @@ impl Conn {
                 &mut self.flush_mark,
                 pause_at,
             );
-            return self.after_get(paused, command, exptime, end, next);
+            let flash = exec.flash_deferred();
+            return self.after_get(paused, flash, command, exptime, end, next);
         }
         if let Request::Store {
             command,

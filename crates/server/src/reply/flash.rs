@@ -1,0 +1,65 @@
+//! The flash reads of the connection being served: what its text `get`s deferred, and
+//! the values read since, which the lookups of its resumed get take
+//! (`storage::Visit::flash`, `io/flash_io.rs`).
+//!
+//! One per worker, lent to the connection it runs (like the splices): filled with
+//! that connection's finished reads before its turn, emptied after it.
+
+use std::ops::Range;
+
+use storage::{FlashAction, StubLoc};
+
+/// A value read from flash: its buffer and where the value is in it, or `None` when
+/// the read found no good record.
+pub type ReadValue = Option<(Vec<u8>, Range<usize>)>;
+
+#[derive(Default)]
+pub struct FlashReads {
+    /// Reads finished for this connection, not yet taken by a lookup.
+    ready: Vec<(StubLoc, ReadValue)>,
+    /// Values a lookup deferred in this turn, with their keys: to be read.
+    wanted: Vec<(StubLoc, Vec<u8>)>,
+    /// A lookup of this turn deferred: the request is paused, not answered.
+    deferred: bool,
+}
+
+impl FlashReads {
+    /// A lookup found a stub at `loc`: the value read for it, else defer and want it.
+    pub fn take_or_defer(&mut self, key: &[u8], loc: StubLoc) -> FlashAction {
+        if let Some(i) = self.ready.iter().position(|(l, _)| *l == loc) {
+            return FlashAction::Ready(self.ready.swap_remove(i).1);
+        }
+        self.want(key, loc);
+        self.deferred = true;
+        FlashAction::Defer
+    }
+
+    /// Read `loc` for `key` too (another key of a multi-get that deferred), unless it
+    /// is read already or wanted.
+    pub fn want(&mut self, key: &[u8], loc: StubLoc) {
+        if !self.ready.iter().any(|(l, _)| *l == loc) && !self.wanted.iter().any(|(l, _)| *l == loc)
+        {
+            self.wanted.push((loc, key.to_vec()));
+        }
+    }
+
+    /// Whether a lookup deferred since [`FlashReads::begin`].
+    pub fn deferred(&self) -> bool {
+        self.deferred
+    }
+
+    /// Start a connection's turn with the values read for it.
+    pub fn begin(&mut self, ready: Vec<(StubLoc, ReadValue)>) {
+        self.ready = ready;
+        self.wanted.clear();
+        self.deferred = false;
+    }
+
+    /// End the turn: the reads to start. Values read and not taken (the item changed
+    /// meanwhile) are dropped.
+    pub fn finish(&mut self) -> Vec<(StubLoc, Vec<u8>)> {
+        self.ready.clear();
+        self.deferred = false;
+        std::mem::take(&mut self.wanted)
+    }
+}
