@@ -145,10 +145,8 @@ fn values_on_flash_read_back_byte_exact_by_every_command() {
 /// their segment is evicted, while the file has free pages: nothing is evicted outright.
 /// (memcached 1.6.18, given the same sets and gets a little slower than its background
 /// writer, keeps all 6 000; ferrocache's walk is synchronous, so pace does not matter.)
+/// Read items past the walk's second-chance budget once were evicted outright.
 #[test]
-#[ignore = "server bug: the eviction walk keeps read items in RAM until its keep budget is \
-            spent, then evicts the rest outright (no room left for even a stub) instead of \
-            writing them to flash; see evict.rs evict_segment"]
 fn items_read_once_go_to_flash_too() {
     let dir = TempDir::new("read-once");
     let server = start(8, &ext_option(&dir.file("flash"), 64, 2, 1, ""));

@@ -194,7 +194,12 @@ impl WorkerReads {
     /// that deferred with nothing to read (cannot happen: a deferral wants its value)
     /// is let go rather than left waiting.
     pub fn end(&self, slot: usize, c: &mut ConnReads, conn: &mut crate::session::conn::Conn) {
-        let wanted = self.reads.borrow_mut().finish();
+        let (wanted, unused) = self.reads.borrow_mut().finish();
+        // Kept while a get is paused (for its output, with the values of its later keys
+        // read already); otherwise they belong to items that changed, and go.
+        if conn.has_paused_get() {
+            c.ready = unused;
+        }
         if !wanted.is_empty() {
             c.pending += submit(&self.lane, slot, c.serial, wanted);
         }

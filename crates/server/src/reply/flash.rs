@@ -55,11 +55,14 @@ impl FlashReads {
         self.deferred = false;
     }
 
-    /// End the turn: the reads to start. Values read and not taken (the item changed
-    /// meanwhile) are dropped.
-    pub fn finish(&mut self) -> Vec<(StubLoc, Vec<u8>)> {
-        self.ready.clear();
+    /// End the turn: the reads to start, and the values read and not taken yet (a
+    /// multi-get paused for its output before it reached their keys, or items that
+    /// changed meanwhile).
+    pub fn finish(&mut self) -> (Vec<(StubLoc, Vec<u8>)>, Vec<(StubLoc, ReadValue)>) {
         self.deferred = false;
-        std::mem::take(&mut self.wanted)
+        (
+            std::mem::take(&mut self.wanted),
+            std::mem::take(&mut self.ready),
+        )
     }
 }
