@@ -57,6 +57,22 @@ impl Store {
     /// evictions are disabled and memory is full. Must be called with no shard lock
     /// held: it may evict.
     pub(crate) fn reserve(&self, new: &NewItem, now: RelTime) -> Option<Reservation> {
+        self.reserve_as(new, None, now)
+    }
+
+    /// [`Store::reserve`] for an item that keeps CAS id `cas` rather than taking one:
+    /// an item read back from flash into RAM (`store/flash.rs`). Its record is narrow
+    /// only if the id is within the segment's span (it seldom is: it is older).
+    pub(crate) fn reserve_keeping(
+        &self,
+        new: &NewItem,
+        cas: u64,
+        now: RelTime,
+    ) -> Option<Reservation> {
+        self.reserve_as(new, Some(cas), now)
+    }
+
+    fn reserve_as(&self, new: &NewItem, keep: Option<u64>, now: RelTime) -> Option<Reservation> {
         debug_assert!(new.total_len(true) <= self.segment_size);
         let group = &self.groups[writer_id() % self.groups.len()];
         let mut active = group.lock();
@@ -67,12 +83,17 @@ impl Store {
                 // gaps as memcached's do. Narrow or wide is judged from the next id with
                 // room to spare, and judged again from the id taken.
                 let base = self.cas_base(seg);
-                let mut wide =
-                    !item::narrow_fits(self.peek_next_cas() + crate::store::SPAN_SLACK_IDS, base);
+                let mut wide = match keep {
+                    Some(cas) => !item::narrow_fits(cas, base),
+                    None => !item::narrow_fits(
+                        self.peek_next_cas() + crate::store::SPAN_SLACK_IDS,
+                        base,
+                    ),
+                };
                 let mut len = new.total_len(wide);
                 let fits = |len: usize| top as usize + len <= self.segment_size;
                 let cas = if fits(len) {
-                    let cas = self.next_cas(now);
+                    let cas = keep.unwrap_or_else(|| self.next_cas(now));
                     if !wide && !item::narrow_fits(cas, base) {
                         wide = true;
                         len = new.total_len(true);

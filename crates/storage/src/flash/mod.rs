@@ -231,6 +231,9 @@ struct Counters {
     recache_from_extstore: AtomicU64,
     write_errors: AtomicU64,
     read_errors: AtomicU64,
+    /// Hot flash hits seen, for `recache_rate` (memcached's per-connection
+    /// `recache_counter`, here one for the tier).
+    recache_tries: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -590,6 +593,17 @@ impl Flash {
         self.pages.get(loc.page as usize).is_some_and(|p| {
             p.state.lock().unwrap_or_else(|p| p.into_inner()).version == loc.version
         })
+    }
+
+    /// Whether this flash hit of a hot item is the one in `recache_rate` to copy back
+    /// to RAM (0 turns recaching off, as in memcached).
+    pub(crate) fn recache_due(&self) -> bool {
+        let rate = u64::from(self.tun.recache_rate.load(Ordering::Relaxed));
+        rate != 0 && self.counters.recache_tries.fetch_add(1, Ordering::Relaxed) % rate == 0
+    }
+
+    pub(crate) fn count_recache(&self) {
+        add(&self.counters.recache_from_extstore, 1);
     }
 
     /// The page compaction should empty now, by memcached's rule

@@ -25,8 +25,8 @@ use std::sync::atomic::Ordering;
 
 use super::record::{Walk, Walked};
 use super::Store;
-use crate::index::{hash_key, unpack, LockHeld, Shard, ShardStats};
-use crate::item::{self, Header, Prefix, StubLoc, MARK_ACCESSED};
+use crate::index::{hash_key, pack, unpack, LockHeld, Shard, ShardStats};
+use crate::item::{self, Header, NewItem, Prefix, StubLoc, MARK_ACCESSED, MARK_FETCHED};
 use crate::pin::Origin;
 use crate::store::read::{FlashAction, Visit};
 use crate::{Flash, ItemRef, Lookup, RelTime};
@@ -121,8 +121,41 @@ impl Store {
         StubLoc::parse(&bytes[bytes.len() - item::STUB_BYTES..])
     }
 
+    /// A lookup found stub `e` (header `hdr`, record `len` bytes) for `key` in the
+    /// locked `shard`. The caller's [`Visit::flash`] says how to get the value: a
+    /// deferred read returns a miss at once, marking nothing (the lookup that takes the
+    /// value marks the item, and touches it for `gat`); otherwise the item is marked
+    /// read, and [`Store::get_from_flash`] gets its value.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn get_stub<V: Visit>(
+        &self,
+        mut shard: crate::index::ShardGuard<'_>,
+        key: &[u8],
+        h: u64,
+        e: u64,
+        hdr: Header,
+        len: usize,
+        exptime: Option<RelTime>,
+        now: RelTime,
+        mut visit: V,
+    ) -> Lookup<V::Output> {
+        let held = &mut shard.held;
+        let loc = Self::stub_loc(self.item_bytes(held, e));
+        let action = visit.flash(key, loc);
+        if matches!(action, FlashAction::Defer) {
+            return Lookup::Miss;
+        }
+        const MARKS: u8 = MARK_FETCHED | MARK_ACCESSED;
+        if hdr.mark & MARKS != MARKS || exptime.is_some() {
+            self.mark_read(held, e, exptime, len);
+        }
+        self.get_from_flash(shard, key, h, e, hdr, loc, now, action, visit)
+    }
+
     /// A lookup found stub `e` (header `hdr`) for `key` in the locked `shard`: unlock,
-    /// read the value from flash and hand it to `visit`. A record that cannot be read or
+    /// read the value from flash as `action` says and hand it to `visit`. A record that cannot be read or
     /// does not check is a miss, and the stub is unlinked (if it is still the key's
     /// item), so that the next lookup does not read it again.
     #[cold]
@@ -136,13 +169,15 @@ impl Store {
         e: u64,
         hdr: Header,
         loc: StubLoc,
-        mut visit: V,
+        now: RelTime,
+        action: FlashAction,
+        visit: V,
     ) -> Lookup<V::Output> {
         drop(shard);
         let Some(flash) = &self.flash else {
             return Lookup::Miss;
         };
-        let (buf, read) = match visit.flash(key, loc) {
+        let (buf, read) = match action {
             FlashAction::Defer => return Lookup::Miss,
             FlashAction::Ready(Some((buf, range))) => (buf, Ok(range)),
             FlashAction::Ready(None) => (Vec::new(), Err(crate::flash::ReadError::BadCrc)),
@@ -153,17 +188,68 @@ impl Store {
             }
         };
         match read {
-            Ok(range) => Lookup::Hit(visit.visit(ItemRef {
-                key,
-                value: &buf[range],
-                flags: hdr.flags,
-                cas: hdr.cas,
-                origin: Origin::DETACHED,
-            })),
+            Ok(range) => {
+                // memcached's rule: an item read at least twice recently is copied back
+                // to RAM, one read in `recache_rate`. A stub starts without the CLOCK bit
+                // (`Walk::keep_as_stub`), so "accessed before this read" is a read
+                // since it went to flash.
+                let hot = hdr.mark & (MARK_ACCESSED | MARK_FETCHED) == MARK_ACCESSED | MARK_FETCHED;
+                if hot && flash.recache_due() {
+                    self.recache(key, h, e, &hdr, &buf[range.clone()], now);
+                }
+                Lookup::Hit(visit.visit(ItemRef {
+                    key,
+                    value: &buf[range],
+                    flags: hdr.flags,
+                    cas: hdr.cas,
+                    origin: Origin::DETACHED,
+                }))
+            }
             Err(_) => {
                 self.unlink_entry(key, h, e);
                 Lookup::Miss
             }
+        }
+    }
+
+    /// Copy the value of stub `e` (header `hdr`) back into RAM as a whole item with the
+    /// same CAS id, flags and exptime, replacing the stub if it is still the key's
+    /// item; its flash record is released. Nothing if RAM has no room (`-M`).
+    fn recache(&self, key: &[u8], h: u64, e: u64, hdr: &Header, value: &[u8], now: RelTime) {
+        let new = NewItem {
+            klen: key.len(),
+            vlen: value.len(),
+            flags: hdr.flags,
+            exptime: hdr.exptime,
+        };
+        let Some(mut r) = self.reserve_keeping(&new, hdr.cas, now) else {
+            return;
+        };
+        {
+            let (wide, cas, base) = (r.wide, r.cas, self.cas_base(r.seg));
+            let b = self.region(&mut r);
+            let ko = new.write_header(b, wide, cas, base);
+            b[ko..ko + key.len()].copy_from_slice(key);
+            b[ko + key.len()..].copy_from_slice(value);
+        }
+        let mut shard = self.shard_for(h).lock();
+        let Shard {
+            table, stats, held, ..
+        } = &mut *shard;
+        let entry = table.entry(h, |x| self.key_eq(held, x, key), self.rehasher(held));
+        if !self.unchanged(held, &entry, e, hdr.cas, now) {
+            drop(shard);
+            self.abandon(r);
+            return;
+        }
+        self.copy_exptime(held, &mut r, e);
+        self.publish(held, &mut r, entry, stats);
+        let new_e = pack(r.seg, r.off);
+        item::set_mark(self.mut_window(held, new_e), MARK_ACCESSED | MARK_FETCHED);
+        drop(shard);
+        self.release(r);
+        if let Some(flash) = &self.flash {
+            flash.count_recache();
         }
     }
 

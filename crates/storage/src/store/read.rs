@@ -283,6 +283,10 @@ impl Store {
                 Ok(found) => found,
                 Err(miss) => return miss.map_never(),
             };
+        if hdr.prefix.flash {
+            let len = bytes.len();
+            return self.get_stub(shard, key, h, e, hdr, len, exptime, now, v);
+        }
         // In steady state an item read before is marked already: then nothing is
         // written, and the record found by the lookup is the one handed to `f`.
         if hdr.mark & MARKS != MARKS || exptime.is_some() {
@@ -290,10 +294,6 @@ impl Store {
             // (only its length is passed): the window written needs `held` alone.
             let len = bytes.len();
             bytes = self.mark_read(held, e, exptime, len);
-        }
-        if hdr.prefix.flash {
-            let loc = Self::stub_loc(bytes);
-            return self.get_from_flash(shard, key, h, e, hdr, loc, v);
         }
         let origin = Origin::segment_id(unpack(e).0);
         // The key handed on is the caller's, equal to the stored one (the lookup compared

@@ -458,6 +458,9 @@ impl Walk<'_> {
         let b = unsafe { self.mem.bytes_mut(dest, len) };
         let at = item::write_stub_prefix(b, p.klen, p.has_flags, p.wide);
         b[at..at + n].copy_from_slice(&tail[..n]);
+        // A stub starts cold: reads since it went to flash are what make it hot (for
+        // recaching, and for its own second chance).
+        item::clear_mark(&mut b[at..at + p.window_len()], item::MARK_ACCESSED);
         loc.write(&mut b[at + n..]);
         self.front = dest + len;
         Some(dest)
