@@ -238,6 +238,7 @@ impl StoreBuilder {
             eviction_sink: std::sync::OnceLock::new(),
             direct_reclaims: AtomicU64::new(0),
             flash,
+            stub_bytes: std::sync::atomic::AtomicI64::new(0),
         })
     }
 }

@@ -91,6 +91,7 @@ impl Store {
         c.items += 1;
         c.requested += new_total as u64;
         stats.bytes = stats.bytes - old_len + new_len;
+        self.stub_bytes.fetch_add(new_len as i64, Ordering::Relaxed);
         let (seg, _) = unpack(me);
         self.segments[seg as usize]
             .live_bytes
@@ -103,6 +104,15 @@ impl Store {
         self.flash
             .as_ref()
             .is_some_and(|f| f.holds(Self::stub_loc(self.item_bytes(held, e))))
+    }
+
+    /// Whether flash stubs take less than their share of the store: half of the
+    /// memory limit. Past it, unread stubs are evicted like other items and no new
+    /// value goes to flash, so that keys of values on flash never crowd out the
+    /// items in RAM.
+    pub(crate) fn stubs_within_share(&self) -> bool {
+        let share = (self.memory_limit() / 2) as i64;
+        self.stub_bytes.load(Ordering::Relaxed) < share
     }
 
     /// A stub was unlinked: its record on flash is dead.
@@ -433,6 +443,8 @@ impl Store {
                 i += 1;
             }
         }
+        // Every stub is gone (those loaded with an image were never counted in).
+        self.stub_bytes.store(0, Ordering::Relaxed);
         dropped
     }
 }
@@ -481,6 +493,121 @@ mod tests {
             }
         }
         assert_eq!(hits, n, "{:?}", s.flash().unwrap().stats());
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// Write `n` values of 1 KB into a 4 MB store: most go to flash.
+    fn fill(s: &Store, n: usize) {
+        for i in 0..n {
+            let k = format!("key:{i}");
+            assert_eq!(
+                s.store(StoreMode::Set, k.as_bytes(), 0, 0, &value(i), 1),
+                StoreOutcome::Stored
+            );
+        }
+    }
+
+    fn get(s: &Store, i: usize) -> Option<Vec<u8>> {
+        match s.get(format!("key:{i}").as_bytes(), 1, |it| it.value.to_vec()) {
+            Lookup::Hit(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn flipped_bytes_on_flash_are_misses_not_wrong_values() {
+        let (s, path) = store("flip", 64);
+        fill(&s, 12_000);
+        s.flash().unwrap().sync();
+        // Flip a byte in every KiB of the first page: every record there fails its check.
+        {
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .unwrap();
+            let mut b = [0u8; 1];
+            for off in (100..1 << 20).step_by(1024) {
+                f.read_exact_at(&mut b, off).unwrap();
+                b[0] ^= 0x40;
+                f.write_all_at(&b, off).unwrap();
+            }
+        }
+        let (mut hits, mut misses) = (0, 0);
+        for i in 0..12_000 {
+            match get(&s, i) {
+                Some(v) => {
+                    assert_eq!(v, value(i), "key {i}: wrong bytes");
+                    hits += 1;
+                }
+                None => misses += 1,
+            }
+        }
+        let st = s.flash().unwrap().stats();
+        assert!(misses > 0 && hits > 0, "{hits} hits, {misses} misses");
+        assert_eq!(st.badcrc_from_extstore, misses);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn deletes_release_flash_bytes_and_empty_pages_are_freed() {
+        let (s, path) = store("release", 64);
+        fill(&s, 12_000);
+        let flash = s.flash().unwrap();
+        let before = flash.stats();
+        for i in 0..12_000 {
+            s.delete(format!("key:{i}").as_bytes(), 1);
+        }
+        let after = flash.stats();
+        assert_eq!(after.objects_used, 0, "{after:?}");
+        assert!(before.objects_used > 0 && after.bytes_used == 0);
+        // The full pages now hold nothing: compaction's first step frees them.
+        assert!(s.flash_compact(1));
+        assert!(flash.stats().pages_free > before.pages_free);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn a_full_file_evicts_its_oldest_page_and_its_stubs_miss() {
+        // 8 pages of 1 MiB for 12 MB of values: the oldest pages are evicted.
+        let (s, path) = store("full", 8);
+        fill(&s, 12_000);
+        let st = s.flash().unwrap().stats();
+        assert!(st.page_evictions > 0, "{st:?}");
+        let hits = (0..12_000).filter(|&i| get(&s, i).is_some()).count();
+        // Every hit is exact (checked in `get`'s comparison below) and the newest
+        // values are all there.
+        for i in 11_000..12_000 {
+            assert_eq!(get(&s, i), Some(value(i)));
+        }
+        assert!(hits < 12_000);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn compaction_moves_live_records_and_their_stubs_follow() {
+        let (s, path) = store("compact", 16);
+        fill(&s, 12_000);
+        let flash = s.flash().unwrap();
+        // Delete two keys in three: pages are left mostly dead.
+        for i in (0..12_000).filter(|i| i % 3 != 0) {
+            s.delete(format!("key:{i}").as_bytes(), 1);
+        }
+        let mut t = flash.tunables();
+        t.compact_under = 16;
+        t.max_frag = 1.0;
+        flash.set_tunables(t);
+        let mut steps = 0;
+        while s.flash_compact(1) && steps < 64 {
+            steps += 1;
+        }
+        let st = flash.stats();
+        assert!(st.compact_rescues > 0, "{st:?}");
+        for i in (0..12_000).filter(|i| i % 3 == 0) {
+            assert_eq!(get(&s, i), Some(value(i)), "key {i}");
+        }
+        assert_eq!(flash.stats().badcrc_from_extstore, 0);
         std::fs::remove_file(path).unwrap();
     }
 }

@@ -102,6 +102,10 @@ pub struct Store {
     eviction_sink: std::sync::OnceLock<std::sync::Arc<dyn EvictionSink>>,
     /// The flash tier (`-o ext_path`), if any: values of items leaving RAM.
     pub(crate) flash: Option<crate::Flash>,
+    /// Bytes of flash stubs in segments, for their share of memory
+    /// (`Store::stubs_within_share`). Signed: a stub loaded with a warm-restart image
+    /// is uncounted until `drop_flash_stubs` drops it and sets this to 0.
+    pub(crate) stub_bytes: std::sync::atomic::AtomicI64,
     /// The mapping the segments lie in, with large pages (`-L`). Declared after
     /// `segments`, so it is unmapped after they are dropped.
     large_pages: Option<LargePageRegion>,
@@ -463,6 +467,8 @@ impl Store {
     ) -> usize {
         if prefix.flash {
             self.release_stub(held, e, prefix);
+            self.stub_bytes
+                .fetch_sub(prefix.total_len() as i64, Ordering::Relaxed);
         }
         let (seg, _) = unpack(e);
         let len = prefix.total_len() as u64;
