@@ -202,7 +202,7 @@ impl Store {
                 let aged =
                     self.peek_next_cas() - self.cas_base(victim.0) > item::NARROW_CAS_SPAN / 2;
                 let mode = WalkMode::Evict(if aged { 0 } else { budget });
-                let used = self.evict_segment(victim.0, victim.1, mode, now);
+                let used = self.evict_segment(victim.0, victim.1, mode, now).0;
                 self.direct_reclaims.fetch_add(1, Ordering::Relaxed);
                 self.reopen_to_pins(victim.0);
                 if used == 0 {
@@ -269,7 +269,7 @@ impl Store {
                     } else {
                         0
                     };
-                    let kept = self.evict_segment(victim.0, victim.1, WalkMode::Evict(budget), now);
+                    let kept = self.evict_segment(victim.0, victim.1, WalkMode::Evict(budget), now).0;
                     self.reopen_to_pins(victim.0);
                     if kept > 0 {
                         self.pool_lock().sealed.push_back((victim.0, kept));
@@ -294,7 +294,7 @@ impl Store {
     /// every live item, and hand it out if `len` bytes fit after them; otherwise it
     /// goes back to the FIFO.
     fn compact_closed(&self, seg: u32, top: u32, len: usize, now: RelTime) -> Option<(u32, u32)> {
-        let used = self.evict_segment(seg, top, WalkMode::KeepAll, now);
+        let used = self.evict_segment(seg, top, WalkMode::KeepAll, now).0;
         self.reopen_to_pins(seg);
         if used == 0 {
             self.rebase(seg);
@@ -384,8 +384,15 @@ impl Store {
 
     /// Walk sealed segment `seg` (bytes `0..top`), drop, keep or send to flash each
     /// item as `mode` says, compact the kept ones to the front and return how many
-    /// bytes they take.
-    pub(crate) fn evict_segment(&self, seg: u32, top: u32, mode: WalkMode, now: RelTime) -> u32 {
+    /// bytes they take, and how many values the age pass (`WalkMode::ToFlash`) left in
+    /// RAM only because they were read since their last second chance.
+    pub(crate) fn evict_segment(
+        &self,
+        seg: u32,
+        top: u32,
+        mode: WalkMode,
+        now: RelTime,
+    ) -> (u32, u32) {
         // Writers that reserved space before the segment was sealed finish quickly: they
         // only need their own shard lock, and we hold none.
         // SAFETY: every caller took `seg` off the sealed FIFO and closed it to pins
@@ -393,6 +400,7 @@ impl Store {
         let mut walk = unsafe { self.walk_sealed(seg, top) };
         // Bytes kept at the segment's front.
         let mut kept = 0usize;
+        let mut spared = 0u32;
         while let Some(rec) = walk.next_record() {
             let off = rec.off;
             let len = rec.prefix.total_len();
@@ -438,13 +446,19 @@ impl Store {
                     Fate::Flash { or_evict: true }
                 }
                 (Liveness::Live, WalkMode::Evict(_)) => Fate::Evict,
-                // The age pass sends old, unread values and keeps everything else as is.
+                // The age pass sends old, unread values, and gives the read ones a second
+                // chance (memcached's writer takes an item read once, not one read
+                // again); everything else stays as it is.
                 (Liveness::Live, WalkMode::ToFlash(age))
-                    if !accessed
-                        && now.saturating_sub(self.time_log.time_of(hdr.cas)) >= age
+                    if now.saturating_sub(self.time_log.time_of(hdr.cas)) >= age
                         && self.flash_wants(&hdr, 0, usize::MAX, now) =>
                 {
-                    Fate::Flash { or_evict: false }
+                    if accessed {
+                        spared += 1;
+                        Fate::SecondChance
+                    } else {
+                        Fate::Flash { or_evict: false }
+                    }
                 }
                 (Liveness::Live, WalkMode::ToFlash(_)) => Fate::Keep,
             };
@@ -503,7 +517,7 @@ impl Store {
                 }
             }
         }
-        walk.front() as u32
+        (walk.front() as u32, spared)
     }
 
     /// Count an item that eviction unlinked, and tell the listener.

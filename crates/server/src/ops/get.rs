@@ -71,6 +71,13 @@ impl<'a> Exec<'a> {
         self.store().flash_loc_of(key, now)
     }
 
+    /// `n` flash reads were dropped before they were made (`get_aborted_extstore`).
+    pub fn flash_aborted(&self, n: u64) {
+        if let Some(flash) = self.store().flash() {
+            flash.count_aborted(n);
+        }
+    }
+
     /// [`Exec::lookup`] of a key not yet hashed, with a closure for the hit.
     #[inline]
     pub fn lookup_key<R>(

@@ -104,9 +104,9 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     let flash = shared.store.flash().map(storage::Flash::stats);
     if let Some(f) = &flash {
         o.num("get_extstore", f.get_extstore);
-        // Reads are never abandoned, and their buffers are not taken from a pool that
-        // can run out (memcached's two counters for those).
-        o.num("get_aborted_extstore", 0u32);
+        o.num("get_aborted_extstore", f.get_aborted_extstore);
+        // Read buffers are not taken from a pool that can run out (memcached's slab
+        // memory), so no read fails for want of one.
         o.num("get_oom_extstore", 0u32);
         o.num("recache_from_extstore", f.recache_from_extstore);
         o.num("miss_from_extstore", f.miss_from_extstore);

@@ -554,12 +554,21 @@ impl Exec<'_> {
     fn defer_rest(&self, run: &GetRun, keys: &Keys<'_>, key: &[u8]) -> GetEnd {
         if let Some(reads) = self.sink.flash {
             let mut reads = reads.borrow_mut();
+            let mut too_long = false;
             for k in keys.clone() {
-                if k.len() <= MAX_KEY_LEN {
-                    if let Some(loc) = self.flash_loc_of(k, run.now) {
-                        reads.want(k, loc);
-                    }
+                if k.len() > MAX_KEY_LEN {
+                    too_long = true;
+                    break;
                 }
+                if let Some(loc) = self.flash_loc_of(k, run.now) {
+                    reads.want(k, loc);
+                }
+            }
+            if too_long {
+                // The command ends in an error that drops its replies: its reads are
+                // not made (memcached aborts the ones it queued, and counts them).
+                self.flash_aborted(reads.abort());
+                return GetEnd::TooLong;
             }
         }
         GetEnd::FlashAt(keys.position() - key.len())

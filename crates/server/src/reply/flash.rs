@@ -43,6 +43,14 @@ impl FlashReads {
         }
     }
 
+    /// Drop the reads wanted in this turn (their command fails): how many.
+    pub fn abort(&mut self) -> u64 {
+        self.deferred = false;
+        let n = self.wanted.len() as u64;
+        self.wanted.clear();
+        n
+    }
+
     /// Whether a lookup deferred since [`FlashReads::begin`].
     pub fn deferred(&self) -> bool {
         self.deferred

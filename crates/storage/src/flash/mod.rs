@@ -134,6 +134,8 @@ pub struct FlashStats {
     pub badcrc_from_extstore: u64,
     /// Flash hits copied back to RAM (`recache_from_extstore`).
     pub recache_from_extstore: u64,
+    /// Reads dropped before they were made (`get_aborted_extstore`).
+    pub get_aborted_extstore: u64,
     /// Write buffers the file refused (ferrocache's own): their items were lost and
     /// are counted here and in `miss_from_extstore` when read.
     pub write_errors: u64,
@@ -234,6 +236,7 @@ struct Counters {
     /// Hot flash hits seen, for `recache_rate` (memcached's per-connection
     /// `recache_counter`, here one for the tier).
     recache_tries: AtomicU64,
+    aborted: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -606,6 +609,11 @@ impl Flash {
         add(&self.counters.recache_from_extstore, 1);
     }
 
+    /// `n` reads a failed command dropped before making them (`get_aborted_extstore`).
+    pub fn count_aborted(&self, n: u64) {
+        add(&self.counters.aborted, n);
+    }
+
     /// The page compaction should empty now, by memcached's rule
     /// (`storage_compact_check`): when at most `compact_under` pages are free, the
     /// oldest full page whose live bytes are under `page_size × max_frag × (1 − free
@@ -773,6 +781,7 @@ impl Flash {
             miss_from_extstore: r(&c.miss_from_extstore),
             badcrc_from_extstore: r(&c.badcrc_from_extstore),
             recache_from_extstore: r(&c.recache_from_extstore),
+            get_aborted_extstore: r(&c.aborted),
             write_errors: r(&c.write_errors),
             read_errors: r(&c.read_errors),
         }

@@ -405,11 +405,19 @@ impl Store {
             pool.sealed.remove(at);
             (at, seg, top)
         };
-        let used = self.evict_segment(seg, top, crate::evict::WalkMode::ToFlash(age), now);
+        let (used, spared) =
+            self.evict_segment(seg, top, crate::evict::WalkMode::ToFlash(age), now);
         self.reopen_to_pins(seg);
+        // Walked: not again, unless values were spared for having been read; then once
+        // more `item_age` seconds from now, when those not read again go.
+        let again = if spared > 0 {
+            self.peek_next_cas().saturating_sub(1)
+        } else {
+            u64::MAX
+        };
         self.segments[seg as usize]
             .last_cas
-            .store(u64::MAX, Ordering::Relaxed);
+            .store(again, Ordering::Relaxed);
         let mut pool = self.pool_lock();
         let at = at.min(pool.sealed.len());
         pool.sealed.insert(at, (seg, used));
