@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering;
 use crate::index::{pack, LockHeld, Shard, ShardStats};
 use crate::item::{self, Header, NewItem, MARK_ACCESSED, MARK_FETCHED};
 use crate::pool::{writer_id, Reservation};
-use crate::store::{Liveness, Store};
+use crate::store::{Liveness, Store, WalkMode};
 use crate::table::IndexTable;
 use crate::{DumpCursor, DumpItem, RelTime, Swept};
 
@@ -269,7 +269,9 @@ impl Store {
                     } else {
                         0
                     };
-                    let kept = self.evict_segment(victim.0, victim.1, WalkMode::Evict(budget), now).0;
+                    let kept = self
+                        .evict_segment(victim.0, victim.1, WalkMode::Evict(budget), now)
+                        .0;
                     self.reopen_to_pins(victim.0);
                     if kept > 0 {
                         self.pool_lock().sealed.push_back((victim.0, kept));
@@ -738,20 +740,6 @@ impl Store {
         }
         true
     }
-}
-
-/// How [`Store::evict_segment`] treats the live items of the segment it walks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WalkMode {
-    /// Room is needed: items read since their last second chance, and flash stubs
-    /// within their share of memory, are kept up to this many bytes; values the flash
-    /// tier wants go to flash while their stubs fit in it; the rest are evicted.
-    Evict(usize),
-    /// Keep every live item (compaction, `-M`).
-    KeepAll,
-    /// The flash tier's age pass: values not read since their last second chance and
-    /// stored at least this many seconds ago go to flash; everything else stays.
-    ToFlash(u32),
 }
 
 /// What the walk does with one live or dead item.

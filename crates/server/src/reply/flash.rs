@@ -13,12 +13,18 @@ use storage::{FlashAction, StubLoc};
 /// the read found no good record.
 pub type ReadValue = Option<(Vec<u8>, Range<usize>)>;
 
+/// Reads to make: each value's place on flash and its key.
+pub type Wanted = Vec<(StubLoc, Vec<u8>)>;
+
+/// Values read for a connection: each value's place on flash and what was read.
+pub type Ready = Vec<(StubLoc, ReadValue)>;
+
 #[derive(Default)]
 pub struct FlashReads {
     /// Reads finished for this connection, not yet taken by a lookup.
-    ready: Vec<(StubLoc, ReadValue)>,
+    ready: Ready,
     /// Values a lookup deferred in this turn, with their keys: to be read.
-    wanted: Vec<(StubLoc, Vec<u8>)>,
+    wanted: Wanted,
     /// A lookup of this turn deferred: the request is paused, not answered.
     deferred: bool,
 }
@@ -57,7 +63,7 @@ impl FlashReads {
     }
 
     /// Start a connection's turn with the values read for it.
-    pub fn begin(&mut self, ready: Vec<(StubLoc, ReadValue)>) {
+    pub fn begin(&mut self, ready: Ready) {
         self.ready = ready;
         self.wanted.clear();
         self.deferred = false;
@@ -66,7 +72,7 @@ impl FlashReads {
     /// End the turn: the reads to start, and the values read and not taken yet (a
     /// multi-get paused for its output before it reached their keys, or items that
     /// changed meanwhile).
-    pub fn finish(&mut self) -> (Vec<(StubLoc, Vec<u8>)>, Vec<(StubLoc, ReadValue)>) {
+    pub fn finish(&mut self) -> (Wanted, Ready) {
         self.deferred = false;
         (
             std::mem::take(&mut self.wanted),

@@ -555,14 +555,13 @@ impl Flash {
                 from_buffer = true;
             }
         }
-        if !from_buffer {
-            if self.files[page.file]
+        if !from_buffer
+            && self.files[page.file]
                 .read_at(out, page.base + u64::from(loc.offset))
                 .is_err()
-            {
-                add(&self.counters.read_errors, 1);
-                return Err(ReadError::Gone);
-            }
+        {
+            add(&self.counters.read_errors, 1);
+            return Err(ReadError::Gone);
         }
         let rec = &out[..];
         let crc = u32::from_le_bytes(rec[0..4].try_into().unwrap());

@@ -405,8 +405,7 @@ impl Store {
             pool.sealed.remove(at);
             (at, seg, top)
         };
-        let (used, spared) =
-            self.evict_segment(seg, top, crate::evict::WalkMode::ToFlash(age), now);
+        let (used, spared) = self.evict_segment(seg, top, super::WalkMode::ToFlash(age), now);
         self.reopen_to_pins(seg);
         // Walked: not again, unless values were spared for having been read; then once
         // more `item_age` seconds from now, when those not read again go.

@@ -165,6 +165,20 @@ struct FlushState {
     oldest_cas: AtomicU64,
 }
 
+/// How [`Store::evict_segment`] treats the live items of the segment it walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WalkMode {
+    /// Room is needed: items read since their last second chance, and flash stubs
+    /// within their share of memory, are kept up to this many bytes; values the flash
+    /// tier wants go to flash while their stubs fit in it; the rest are evicted.
+    Evict(usize),
+    /// Keep every live item (compaction, `-M`).
+    KeepAll,
+    /// The flash tier's age pass: values not read since their last second chance and
+    /// stored at least this many seconds ago go to flash; everything else stays.
+    ToFlash(u32),
+}
+
 /// What a locked lookup found about an item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Liveness {
