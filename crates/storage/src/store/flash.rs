@@ -131,8 +131,7 @@ impl Store {
         StubLoc::parse(&bytes[bytes.len() - item::STUB_BYTES..])
     }
 
-    /// A lookup found stub `e` (header `hdr`, record `len` bytes) for `key` in the
-    /// locked `shard`. The caller's [`Visit::flash`] says how to get the value: a
+    /// A lookup found stub `e` for `key` in the locked `shard`. The caller's [`Visit::flash`] says how to get the value: a
     /// deferred read returns a miss at once, marking nothing (the lookup that takes the
     /// value marks the item, and touches it for `gat`); otherwise the item is marked
     /// read, and [`Store::get_from_flash`] gets its value.
@@ -145,13 +144,13 @@ impl Store {
         key: &[u8],
         h: u64,
         e: u64,
-        hdr: Header,
-        len: usize,
         exptime: Option<RelTime>,
         now: RelTime,
         mut visit: V,
     ) -> Lookup<V::Output> {
         let held = &mut shard.held;
+        let hdr = self.header(held, e);
+        let len = hdr.prefix.total_len();
         let loc = Self::stub_loc(self.item_bytes(held, e));
         let action = visit.flash(key, loc);
         if matches!(action, FlashAction::Defer) {

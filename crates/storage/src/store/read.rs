@@ -284,8 +284,9 @@ impl Store {
                 Err(miss) => return miss.map_never(),
             };
         if hdr.prefix.flash {
-            let len = bytes.len();
-            return self.get_stub(shard, key, h, e, hdr, len, exptime, now, v);
+            // Out of line with as little as possible carried to it: the header is read
+            // again there, so that the hot path keeps the one it found in registers.
+            return self.get_stub(shard, key, h, e, exptime, now, v);
         }
         // In steady state an item read before is marked already: then nothing is
         // written, and the record found by the lookup is the one handed to `f`.

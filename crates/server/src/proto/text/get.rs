@@ -64,7 +64,7 @@ impl Exec<'_> {
             let (h, peeked) = hashed.unwrap_or_else(|| (self.hash(key), Peeked::default()));
             self.lookup(key, h, peeked, None, now, compose)
         };
-        if self.flash_deferred() {
+        if matches!(lookup, Lookup::Miss) && self.flash_deferred() {
             // Its value is on flash: nothing was written or counted, and the request
             // goes the general way, which pauses it until the read is done.
             return false;
@@ -275,7 +275,8 @@ impl Exec<'_> {
             };
             self.lookup(key, h, peeked, touch, run.now, compose)
         };
-        if self.flash_deferred() {
+        // A deferred flash read looks like a miss; only a miss is asked about.
+        if matches!(lookup, Lookup::Miss) && self.flash_deferred() {
             // Not answered yet: neither counted nor replied to; the get pauses here.
             return Err(GetEnd::Flash);
         }
