@@ -329,12 +329,20 @@ impl Exec<'_> {
         if let Some(reads) = self.sink.flash {
             let mut reads = reads.borrow_mut();
             let mut too_long = false;
+            // Values read ahead are held until their keys' turn: at most about a
+            // multi-get's output budget of them, so that a long multi-get of large
+            // values does not hold them all at once. The rest are read at later pauses.
+            let mut ahead = 0usize;
             for k in keys.clone() {
                 if k.len() > MAX_KEY_LEN {
                     too_long = true;
                     break;
                 }
+                if ahead >= FLASH_READ_AHEAD_BYTES {
+                    continue;
+                }
                 if let Some(loc) = self.flash_loc_of(k, run.now) {
+                    ahead += loc.vlen as usize;
                     reads.want(k, loc);
                 }
             }
@@ -407,6 +415,9 @@ enum GetEnd {
     /// [`GetEnd::Flash`] with the key's position in the line.
     FlashAt(usize),
 }
+
+/// Bytes of values a paused multi-get reads from flash ahead of its keys' turn.
+const FLASH_READ_AHEAD_BYTES: usize = 1 << 20;
 
 /// Keys a multi-get prefetches together: each stage issues this many misses back to
 /// back, enough to cover a memory access and within a core's queue of misses.
