@@ -173,6 +173,8 @@ pub struct Settings {
     pub flash: Option<storage::FlashConfig>,
     /// The `ext_*` settings the `extstore` command changes, as given at start.
     pub ext_tunables: storage::FlashTunables,
+    /// `ext_threads`: the I/O threads that read flash values for text gets.
+    pub ext_threads: usize,
     /// `-Z` and `-o ssl_*` (`config/tls.rs`).
     pub tls: TlsOptions,
     /// `-e`: the memory file of a warm restart (`state/restart.rs`).
@@ -682,6 +684,7 @@ impl Settings {
             max_core,
             flash: ext.flash_config(),
             ext_tunables: ext.flash_tunables(),
+            ext_threads: ext.ext_threads(),
             extended: ext.list,
             memory_file,
             classes: storage::ClassConfig {

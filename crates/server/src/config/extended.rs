@@ -340,6 +340,11 @@ impl Extended {
         Some(cfg)
     }
 
+    /// `ext_threads`: the flash tier's I/O threads (memcached's default, 1).
+    pub fn ext_threads(&self) -> usize {
+        self.ext_number("ext_threads", 1).max(1) as usize
+    }
+
     /// An `ext_*` option's value as given, the last one winning.
     fn ext_value(&self, k: &str) -> Option<&str> {
         self.list

@@ -238,16 +238,13 @@ impl Worker {
     /// Hand finished flash reads to their connections; one whose reads are all done
     /// runs again this turn.
     fn flash_finished(&mut self) {
-        let Some(f) = &self.flash else {
-            return;
-        };
-        for d in f.finished() {
-            let slot = d.slot;
-            if let Some(c) = self.clients.get_mut(slot).and_then(Option::as_mut) {
-                if crate::io::flash_io::WorkerReads::deliver(d, &mut c.reads, &mut c.conn) {
-                    self.again.push(slot);
-                }
-            }
+        if let Some(f) = &self.flash {
+            let again = &mut self.again;
+            f.deliver_finished(
+                &mut self.clients,
+                |c| (&mut c.reads, &mut c.conn),
+                |_, slot| again.push(slot),
+            );
         }
     }
 

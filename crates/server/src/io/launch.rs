@@ -191,17 +191,9 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
         super::metrics::spawn(shared.clone(), listener)?;
     }
 
-    // The flash tier's I/O threads (`ext_threads`, memcached's default 1), before the
-    // workers that hand them reads.
-    let ext_threads = shared
-        .settings
-        .extended
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "ext_threads")
-        .and_then(|(_, v)| v.parse::<usize>().ok())
-        .unwrap_or(1);
-    super::flash_io::start(&shared, ext_threads).context("starting the flash I/O threads")?;
+    // The flash tier's I/O threads, before the workers that hand them reads.
+    super::flash_io::start(&shared, shared.settings.ext_threads)
+        .context("starting the flash I/O threads")?;
     let backend = shared.settings.io_backend;
     let threads = shared.settings.threads;
     let mut wakers = Vec::new();

@@ -572,16 +572,13 @@ impl UringWorker {
     /// Hand finished flash reads to their connections, and queue those whose reads are
     /// all done to run this turn.
     fn flash_finished(&mut self) {
-        let Some(f) = &self.flash else {
-            return;
-        };
-        for d in f.finished() {
-            let slot = d.slot;
-            if let Some(c) = self.clients.get_mut(slot).and_then(Option::as_mut) {
-                if crate::io::flash_io::WorkerReads::deliver(d, &mut c.reads, &mut c.conn) {
-                    mark(&mut self.dirty, c, slot);
-                }
-            }
+        if let Some(f) = &self.flash {
+            let dirty = &mut self.dirty;
+            f.deliver_finished(
+                &mut self.clients,
+                |c| (&mut c.reads, &mut c.conn),
+                |c, slot| mark(dirty, c, slot),
+            );
         }
     }
 

@@ -9,14 +9,12 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// One flash file, open for reading and writing.
 #[derive(Debug)]
 pub(crate) struct FlashFile {
     file: File,
-    pub(crate) path: PathBuf,
-    pub(crate) size: u64,
 }
 
 impl FlashFile {
@@ -60,11 +58,7 @@ impl FlashFile {
                 ));
             }
         }
-        Ok(FlashFile {
-            file,
-            path: path.to_path_buf(),
-            size,
-        })
+        Ok(FlashFile { file })
     }
 
     /// Read exactly `buf.len()` bytes at `offset`. A short read (the file shrank under
@@ -82,6 +76,7 @@ impl FlashFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn temp(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("ferro-flashfile-{}-{name}", std::process::id()))

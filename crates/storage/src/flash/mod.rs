@@ -347,14 +347,6 @@ impl Flash {
         s.drop_unread.store(t.drop_unread, Ordering::Relaxed);
     }
 
-    /// The files and their sizes, as opened.
-    pub fn files(&self) -> Vec<(PathBuf, u64)> {
-        self.files
-            .iter()
-            .map(|f| (f.path.clone(), f.size))
-            .collect()
-    }
-
     /// Whether an item of this value length expiring at `exptime` (0: never) goes to
     /// flash when RAM needs its room at `now`. Age does not matter then: memcached
     /// also writes items of any age when its memory runs low; `item_age` is for the
@@ -492,8 +484,9 @@ impl Flash {
         Some(page)
     }
 
-    /// Write out the open page's buffer now (a warm restart, tests, an idle tier).
-    pub fn sync(&self) {
+    /// Write out the open page's buffer now, for tests that change the file's bytes.
+    #[cfg(test)]
+    pub(crate) fn sync(&self) {
         let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = w.open {
             self.flush(&mut w, p);

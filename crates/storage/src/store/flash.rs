@@ -118,11 +118,7 @@ impl Store {
     /// A stub was unlinked: its record on flash is dead.
     pub(crate) fn release_stub(&self, held: &LockHeld, e: u64, p: &Prefix) {
         if let Some(flash) = &self.flash {
-            let bytes = self.item_bytes(held, e);
-            flash.release(
-                StubLoc::parse(&bytes[bytes.len() - item::STUB_BYTES..]),
-                p.klen,
-            );
+            flash.release(Self::stub_loc(self.item_bytes(held, e)), p.klen);
         }
     }
 
