@@ -156,6 +156,9 @@ pub struct Settings {
     pub zero_copy_min: Option<usize>,
     /// `--null-store`: canned replies for get/set, for the benchmark floor.
     pub null_store: Option<Vec<u8>>,
+    /// `--hash-seed`: the store's key hash seed, fixed for a repeatable measurement
+    /// (`None`: drawn at random, the default).
+    pub hash_seed: Option<u64>,
     /// `-L`: item memory on transparent huge pages.
     pub large_pages: bool,
     /// `-k`: lock item memory (and what is mapped at start) into RAM.
@@ -353,6 +356,7 @@ impl Settings {
         let mut latency_histograms = true;
         let mut metrics_listen = None;
         let (mut null_store, mut null_value_bytes) = (false, 20usize);
+        let mut hash_seed = None;
 
         let fail = |m: String| Err(Refusal::failure(m));
         for found in Getopt::new(prog, OPTIONS, args) {
@@ -395,6 +399,11 @@ impl Settings {
                         metrics_listen = Some(v);
                     }
                     "null-store" => null_store = true,
+                    "hash-seed" => {
+                        hash_seed = Some(v.parse::<u64>().map_err(|_| {
+                            Refusal::usage(format!("--hash-seed: a number expected, got {v:?}"))
+                        })?);
+                    }
                     _ => null_value_bytes = number("bytes")?,
                 }
                 continue;
@@ -677,6 +686,7 @@ impl Settings {
             metrics_listen,
             zero_copy_min,
             null_store: null_store.then(|| vec![b'x'; null_value_bytes]),
+            hash_seed,
             large_pages,
             lock_memory,
             auth_file,

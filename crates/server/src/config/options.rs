@@ -57,6 +57,7 @@ pub const OPTIONS: &[OptSpec] = &[
     long("metrics-listen", HasArg::Required),
     long("null-store", HasArg::No),
     long("null-value-bytes", HasArg::Required),
+    long("hash-seed", HasArg::Required),
 ];
 
 const fn opt(short: char, long: &'static str, arg: HasArg) -> OptSpec {

@@ -280,6 +280,7 @@ fn ferrocache_options_still_work() {
         "--null-store",
         "--null-value-bytes",
         "7",
+        "--hash-seed=42",
         "-Z",
         "-o",
         "ssl_chain_cert=a,ssl_key=b",
@@ -290,7 +291,10 @@ fn ferrocache_options_still_work() {
     assert_eq!(s.io_backend, IoBackend::Epoll);
     assert_eq!(s.zero_copy_min, Some(0));
     assert_eq!(s.null_store.as_deref().map(<[u8]>::len), Some(7));
+    assert_eq!(s.hash_seed, Some(42));
+    assert_eq!(parse(&[]).unwrap().hash_seed, None);
     assert_eq!(refused(&["--udp-gso=maybe"]).0, 64);
+    assert_eq!(refused(&["--hash-seed=x"]).0, 64);
 }
 
 #[test]

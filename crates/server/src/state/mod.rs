@@ -164,4 +164,5 @@ pub fn store_builder(settings: &Settings) -> storage::StoreBuilder {
         .evictions(settings.evictions)
         .slab_classes(settings.classes.clone())
         .flash(settings.flash.clone())
+        .hash_seed(settings.hash_seed)
 }
