@@ -7,7 +7,7 @@
 //!   <user> <password>\r\n          -> STORED | CLIENT_ERROR authentication failure
 //! ```
 //!
-//! Every rule here is memcached 1.6.18's, checked against it in `tests/ascii_auth.rs`:
+//! Every rule here is memcached 1.6.18's, checked against it in `tests/it/ascii_auth.rs`:
 //!
 //! - Until a connection authenticates, every line that is not such a `set` (`get`,
 //!   `quit`, meta commands, a `set` with fewer than five tokens or a bad length) is
