@@ -8,13 +8,10 @@
 use std::fmt::Write;
 
 use super::servers::Kind;
+use crate::plot::{legend, open_svg, BOTTOM, LEFT, RIGHT, TOP};
 
 const W: f64 = 760.0;
 const H: f64 = 460.0;
-const LEFT: f64 = 80.0;
-const RIGHT: f64 = 30.0;
-const TOP: f64 = 40.0;
-const BOTTOM: f64 = 60.0;
 
 fn color(kind: Kind) -> &'static str {
     match kind {
@@ -82,22 +79,12 @@ pub fn latency_vs_throughput(title: &str, series: &[(Kind, Curve)], target_us: f
     );
     let px = |x: f64| LEFT + x / x_max * (W - LEFT - RIGHT);
     let py = |y: f64| H - BOTTOM - y.min(y_max) / y_max * (H - TOP - BOTTOM);
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{}" y="22" text-anchor="middle" font-size="15">{title}</text>
-<text x="{}" y="{}" text-anchor="middle">achieved throughput (ops/s)</text>
-<text transform="translate(18,{}) rotate(-90)" text-anchor="middle">latency (µs; clipped at {y_max:.0})</text>
-<rect x="{LEFT}" y="{TOP}" width="{}" height="{}" fill="none" stroke="black"/>
-"#,
-        W / 2.0,
-        LEFT + (W - LEFT - RIGHT) / 2.0,
-        H - 15.0,
-        TOP + (H - TOP - BOTTOM) / 2.0,
-        W - LEFT - RIGHT,
-        H - TOP - BOTTOM
+    let mut svg = open_svg(
+        W,
+        H,
+        title,
+        "achieved throughput (ops/s)",
+        &format!("latency (µs; clipped at {y_max:.0})"),
     );
     for i in 0..=5 {
         let (x, y) = (x_max * f64::from(i) / 5.0, y_max * f64::from(i) / 5.0);
@@ -120,18 +107,6 @@ pub fn latency_vs_throughput(title: &str, series: &[(Kind, Curve)], target_us: f
         );
     }
     let mut slot = 0;
-    let mut legend = |svg: &mut String, color: &str, dash: &str, text: &str| {
-        let ly = TOP + 16.0 + 16.0 * slot as f64;
-        slot += 1;
-        let _ = writeln!(
-            svg,
-            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"{dash}/><text x="{}" y="{}">{text}</text>"#,
-            LEFT + 12.0,
-            LEFT + 36.0,
-            LEFT + 42.0,
-            ly + 4.0
-        );
-    };
     for (kind, points) in series {
         let mut pts = points.clone();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -161,7 +136,8 @@ pub fn latency_vs_throughput(title: &str, series: &[(Kind, Curve)], target_us: f
                     py(y)
                 );
             }
-            legend(&mut svg, c, dash, &format!("{} {name}", kind.name()));
+            legend(&mut svg, slot, c, dash, &format!("{} {name}", kind.name()));
+            slot += 1;
         }
     }
     let _ = writeln!(
@@ -172,6 +148,7 @@ pub fn latency_vs_throughput(title: &str, series: &[(Kind, Curve)], target_us: f
     );
     legend(
         &mut svg,
+        slot,
         "#2ca02c",
         r#" stroke-dasharray="6,4""#,
         &format!("target {} µs", label(target_us)),
