@@ -281,10 +281,8 @@ fn server_cpu(args: &CompareArgs, warnings: &mut Vec<String>) -> anyhow::Result<
 fn settings(args: &CompareArgs, plan: &Plan, bins: &Binaries, pinning: &str) -> Vec<String> {
     vec![
         format!(
-            "**Servers:** `-l 127.0.0.1 -t 1 -m {} -c {} -U 0{}` on free ports; the floor adds `--null-store --null-value-bytes N` (N = the preset's mean value size)",
-            args.memory_mb,
-            servers::CONN_LIMIT,
-            if bins.as_root { " -u root" } else { "" }
+            "**Servers:** `{}` on free ports; the floor adds `--null-store --null-value-bytes N` (N = the preset's mean value size)",
+            bins.flags_text(args.memory_mb, servers::CONN_LIMIT)
         ),
         pinning.to_string(),
         format!(

@@ -55,6 +55,17 @@ pub struct Binaries {
     pub log_dir: PathBuf,
 }
 
+impl Binaries {
+    /// The flags every server starts with (`-p` aside), as the reports print
+    /// them; [`Server::start`] passes the same.
+    pub fn flags_text(&self, memory_mb: u64, conn_limit: u32) -> String {
+        format!(
+            "-l 127.0.0.1 -t 1 -m {memory_mb} -c {conn_limit} -U 0{}",
+            if self.as_root { " -u root" } else { "" }
+        )
+    }
+}
+
 /// TLS for a server: memcached's `-Z -o ssl_chain_cert=...,ssl_key=...`.
 #[derive(Clone, Debug)]
 pub struct ServerTls {
@@ -422,5 +433,25 @@ mod tests {
         assert_eq!(stat_u64(&s, "missing"), 0);
         assert!(parse_stats("STAT a 1\r\n").is_err());
         assert!(parse_stats("ERROR\r\n").is_err());
+    }
+
+    #[test]
+    fn the_reports_print_the_servers_flags() {
+        let mut bins = Binaries {
+            ferrocache: "ferrocache".into(),
+            memcached: "memcached".into(),
+            cpu: None,
+            as_root: false,
+            log_dir: "logs".into(),
+        };
+        assert_eq!(
+            bins.flags_text(1024, CONN_LIMIT),
+            "-l 127.0.0.1 -t 1 -m 1024 -c 4096 -U 0"
+        );
+        bins.as_root = true;
+        assert_eq!(
+            bins.flags_text(64, 10_256),
+            "-l 127.0.0.1 -t 1 -m 64 -c 10256 -U 0 -u root"
+        );
     }
 }

@@ -264,12 +264,10 @@ pub fn run_all(
     let load_before = procstat::load_average();
     let mut runs = run(bins, &sweep_plan, how)?;
     let load_after = procstat::load_average();
-    let memory_mb = how.memory_mb;
     runs.settings = vec![
         format!(
-            "**Servers:** `-l 127.0.0.1 -t 1 -m {memory_mb} -c {} -U 0{}` on free ports, started once for the whole sweep (`-c` above the largest step); the floor adds `--null-store --null-value-bytes 100`",
-            sweep_plan.conn_limit,
-            if bins.as_root { " -u root" } else { "" }
+            "**Servers:** `{}` on free ports, started once for the whole sweep (`-c` above the largest step); the floor adds `--null-store --null-value-bytes 100`",
+            bins.flags_text(how.memory_mb, sweep_plan.conn_limit)
         ),
         how.pinning.clone(),
         format!(

@@ -276,9 +276,8 @@ fn probe(server: &Server, v: Variant, client: &TlsClient) -> anyhow::Result<Stri
 fn settings(bins: &Binaries, how: &RunSettings, negotiated: &[String]) -> Vec<String> {
     vec![
         format!(
-            "**Servers:** `-l 127.0.0.1 -t 1 -m {} -c {CONN_LIMIT} -U 0{}` on free ports; the TLS ones add `-Z -o ssl_chain_cert=cert.pem,ssl_key=key.pem`, a throwaway ECDSA P-256 certificate for 127.0.0.1 and localhost made in process (rcgen) at the start and deleted at the end",
-            how.memory_mb,
-            if bins.as_root { " -u root" } else { "" }
+            "**Servers:** `{}` on free ports; the TLS ones add `-Z -o ssl_chain_cert=cert.pem,ssl_key=key.pem`, a throwaway ECDSA P-256 certificate for 127.0.0.1 and localhost made in process (rcgen) at the start and deleted at the end",
+            bins.flags_text(how.memory_mb, CONN_LIMIT)
         ),
         how.pinning.clone(),
         format!(
