@@ -23,10 +23,11 @@ use crate::stats::Second;
 
 const W: f64 = 720.0;
 const H: f64 = 440.0;
-const LEFT: f64 = 80.0;
-const RIGHT: f64 = 30.0;
-const TOP: f64 = 40.0;
-const BOTTOM: f64 = 60.0;
+/// The margins around the plot area, in px (`compare`'s charts use them too).
+pub(crate) const LEFT: f64 = 80.0;
+pub(crate) const RIGHT: f64 = 30.0;
+pub(crate) const TOP: f64 = 40.0;
+pub(crate) const BOTTOM: f64 = 60.0;
 const COLORS: [&str; 3] = ["#1f77b4", "#d62728", "#2ca02c"];
 /// A log axis extends this factor past the data at each end.
 const LOG_MARGIN: f64 = 1.15;
@@ -101,6 +102,44 @@ impl YAxis {
     }
 }
 
+/// The start of a `w` × `h` px chart: the white background, the title, the
+/// axis labels and the plot area's frame inside the margins.
+pub(crate) fn open_svg(w: f64, h: f64, title: &str, x_label: &str, y_label: &str) -> String {
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{}" y="22" text-anchor="middle" font-size="15">{title}</text>
+<text x="{}" y="{}" text-anchor="middle">{x_label}</text>
+<text transform="translate(18,{}) rotate(-90)" text-anchor="middle">{y_label}</text>
+<rect x="{LEFT}" y="{TOP}" width="{}" height="{}" fill="none" stroke="black"/>
+"#,
+        w / 2.0,
+        LEFT + (w - LEFT - RIGHT) / 2.0,
+        h - 15.0,
+        TOP + (h - TOP - BOTTOM) / 2.0,
+        w - LEFT - RIGHT,
+        h - TOP - BOTTOM
+    );
+    svg
+}
+
+/// Legend entry `slot` (0 at the top) in the plot area's top left corner: a
+/// short line in `color`, `dash` its SVG dash attribute (or empty), and
+/// `label`.
+pub(crate) fn legend(svg: &mut String, slot: usize, color: &str, dash: &str, label: &str) {
+    let ly = TOP + 16.0 + 16.0 * slot as f64;
+    let _ = writeln!(
+        svg,
+        r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"{dash}/><text x="{}" y="{}">{label}</text>"#,
+        LEFT + 12.0,
+        LEFT + 36.0,
+        LEFT + 42.0,
+        ly + 4.0
+    );
+}
+
 /// A chart with x in `[x_min, x_max]` (caller-mapped) and the given y axis.
 struct Chart {
     svg: String,
@@ -112,23 +151,7 @@ struct Chart {
 impl Chart {
     fn new(title: &str, labels: (&str, &str), x: (f64, f64), y: YAxis) -> Chart {
         let (x_label, y_label) = labels;
-        let mut svg = String::new();
-        let _ = write!(
-            svg,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{}" y="22" text-anchor="middle" font-size="15">{title}</text>
-<text x="{}" y="{}" text-anchor="middle">{x_label}</text>
-<text transform="translate(18,{}) rotate(-90)" text-anchor="middle">{y_label}</text>
-<rect x="{LEFT}" y="{TOP}" width="{}" height="{}" fill="none" stroke="black"/>
-"#,
-            W / 2.0,
-            LEFT + (W - LEFT - RIGHT) / 2.0,
-            H - 15.0,
-            TOP + (H - TOP - BOTTOM) / 2.0,
-            W - LEFT - RIGHT,
-            H - TOP - BOTTOM
-        );
+        let svg = open_svg(W, H, title, x_label, y_label);
         let (x_min, x_max) = (x.0, x.1.max(x.0 + 1e-9));
         let mut chart = Chart {
             svg,
@@ -187,19 +210,7 @@ impl Chart {
             r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"{dash}/>"#,
             pts.join(" ")
         );
-        self.legend(color, label, slot, dash);
-    }
-
-    fn legend(&mut self, color: &str, label: &str, slot: usize, dash: &str) {
-        let ly = TOP + 16.0 + 16.0 * slot as f64;
-        let _ = writeln!(
-            self.svg,
-            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"{dash}/><text x="{}" y="{}">{label}</text>"#,
-            LEFT + 12.0,
-            LEFT + 36.0,
-            LEFT + 42.0,
-            ly + 4.0
-        );
+        legend(&mut self.svg, slot, color, dash, label);
     }
 
     fn finish(mut self) -> String {

@@ -53,6 +53,41 @@ fn alive(pid: u64) -> bool {
     })
 }
 
+/// The report a `--json` run wrote.
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Every server the report says compare started is gone.
+fn assert_servers_stopped(report: &serde_json::Value) {
+    for pid in report["server_pids"].as_array().unwrap() {
+        let pid = pid.as_u64().unwrap();
+        assert!(
+            !alive(pid),
+            "server pid {pid} still runs after compare ended"
+        );
+    }
+}
+
+/// A report to splice a section into: a run of its own section must leave
+/// all of it as it is.
+const EXISTING_REPORT: &str = "# Benchmarks\n\nkept as it is\n\n## Notes\n\nhow to run\n";
+
+/// `md`, once `EXISTING_REPORT`, holds a section from `begin` to `end`
+/// before its notes, and the rest as it was; returns the document.
+fn assert_spliced(md: &Path, begin: &str, end: &str) -> String {
+    let doc = std::fs::read_to_string(md).unwrap();
+    assert!(
+        doc.starts_with(&format!("# Benchmarks\n\nkept as it is\n\n{begin}")),
+        "{doc}"
+    );
+    assert!(
+        doc.ends_with(&format!("{end}\n\n## Notes\n\nhow to run\n")),
+        "{doc}"
+    );
+    doc
+}
+
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("compare-smoke-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -94,25 +129,14 @@ fn smoke_run_starts_measures_and_stops_everything() {
         "no headline row: {stdout}"
     );
 
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let pids: Vec<u64> = report["server_pids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_u64().unwrap())
-        .collect();
+    let report = read_json(&json);
+    let pids = report["server_pids"].as_array().unwrap();
     assert_eq!(
         pids.len(),
         3,
         "ferrocache, memcached and the floor: {pids:?}"
     );
-    for pid in &pids {
-        assert!(
-            !alive(*pid),
-            "server pid {pid} still runs after compare ended"
-        );
-    }
+    assert_servers_stopped(&report);
     let runs = report["presets"][0]["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3);
     for run in runs {
@@ -145,8 +169,7 @@ fn sweep_only_run_writes_its_section_and_nothing_else() {
         dir.join("sweep.json"),
         dir.join("plots"),
     );
-    let before = "# Benchmarks\n\nkept as it is\n\n## Notes\n\nhow to run\n";
-    std::fs::write(&md, before).unwrap();
+    std::fs::write(&md, EXISTING_REPORT).unwrap();
     let out = Command::new(FERROBENCH)
         .arg("compare")
         .args([
@@ -176,8 +199,7 @@ fn sweep_only_run_writes_its_section_and_nothing_else() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("| 4 | 1 | 4 |"), "no sweep row: {stdout}");
 
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report = read_json(&json);
     let steps = report["sweep"]["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 2);
     assert_eq!(steps[1]["step"]["pipeline"].as_u64(), Some(1));
@@ -188,21 +210,11 @@ fn sweep_only_run_writes_its_section_and_nothing_else() {
             assert_eq!(figures["errors"].as_u64(), Some(0), "{kind}");
         }
     }
-    for pid in report["server_pids"].as_array().unwrap() {
-        let pid = pid.as_u64().unwrap();
-        assert!(
-            !alive(pid),
-            "server pid {pid} still runs after compare ended"
-        );
-    }
-    let doc = std::fs::read_to_string(&md).unwrap();
-    assert!(
-        doc.starts_with("# Benchmarks\n\nkept as it is\n\n<!-- connection sweep"),
-        "{doc}"
-    );
-    assert!(
-        doc.ends_with("<!-- connection sweep: end -->\n\n## Notes\n\nhow to run\n"),
-        "{doc}"
+    assert_servers_stopped(&report);
+    let doc = assert_spliced(
+        &md,
+        "<!-- connection sweep",
+        "<!-- connection sweep: end -->",
     );
     assert!(doc.contains("## Connection sweep (LegUp): legup-p16 from 3 to 4 connections"));
     assert!(
@@ -293,8 +305,7 @@ fn tls_run_writes_its_section_with_three_rows() {
     require_memcached();
     let dir = temp_dir("tls");
     let (md, json) = (dir.join("benchmarks.md"), dir.join("tls.json"));
-    let before = "# Benchmarks\n\nkept as it is\n\n## Notes\n\nhow to run\n";
-    std::fs::write(&md, before).unwrap();
+    std::fs::write(&md, EXISTING_REPORT).unwrap();
     let child = Command::new(FERROBENCH)
         .arg("compare")
         .args(["--tls", "--duration", "0.3", "--reps", "1"])
@@ -318,8 +329,7 @@ fn tls_run_writes_its_section_with_three_rows() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("| ferrocache -Z | 1 |"), "{stdout}");
 
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report = read_json(&json);
     let runs = report["tls"]["runs"].as_array().unwrap();
     let rows: Vec<(String, bool)> = runs
         .iter()
@@ -346,10 +356,7 @@ fn tls_run_writes_its_section_with_three_rows() {
         assert_eq!(figures["errors"].as_u64(), Some(0), "{run}");
         assert_eq!(figures["hit_ratio"].as_f64(), Some(1.0), "{run}");
     }
-    for p in report["server_pids"].as_array().unwrap() {
-        let p = p.as_u64().unwrap();
-        assert!(!alive(p), "server pid {p} still runs after compare ended");
-    }
+    assert_servers_stopped(&report);
     let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
         .unwrap()
         .filter_map(|e| e.ok())
@@ -363,15 +370,7 @@ fn tls_run_writes_its_section_with_three_rows() {
         leftovers.is_empty(),
         "the certificate stayed: {leftovers:?}"
     );
-    let doc = std::fs::read_to_string(&md).unwrap();
-    assert!(
-        doc.starts_with("# Benchmarks\n\nkept as it is\n\n<!-- TLS: generated"),
-        "{doc}"
-    );
-    assert!(
-        doc.ends_with("<!-- TLS: end -->\n\n## Notes\n\nhow to run\n"),
-        "{doc}"
-    );
+    let doc = assert_spliced(&md, "<!-- TLS: generated", "<!-- TLS: end -->");
     assert!(doc.contains("## TLS: CPU per get against memcached -Z ("));
     assert!(doc.contains("### Targets\n\n- **"));
     let _ = std::fs::remove_dir_all(&dir);

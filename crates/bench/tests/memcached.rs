@@ -7,20 +7,7 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 
-use common::{ferrobench, ferrobench_json, free_port, Memcached};
-
-fn assert_clean(report: &serde_json::Value, what: &str) {
-    assert!(
-        report["ops"].as_u64().unwrap() > 0,
-        "{what}: no ops\n{report:#}"
-    );
-    assert_eq!(report["errors"], 0, "{what}: errors\n{report:#}");
-    assert_eq!(report["timeouts"], 0, "{what}: timeouts\n{report:#}");
-    assert_eq!(
-        report["hit_ratio"], 1.0,
-        "{what}: hit ratio after preload\n{report:#}"
-    );
-}
+use common::{assert_clean, ferrobench, ferrobench_json, free_port, Memcached};
 
 #[test]
 fn every_preset_runs_cleanly() {

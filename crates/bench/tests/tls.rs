@@ -6,119 +6,78 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ferrobench, ferrobench_json, free_port, Memcached, MEMCACHED};
+use common::{
+    assert_clean, ferrobench, ferrobench_json, free_port, memcached_command, Memcached, MEMCACHED,
+};
 use ferrobench::compare::tls::Pki;
 use ferrobench::tls::{Blocking, TlsClient, TlsOptions};
 
-/// memcached -Z on a free port, killed by PID on drop.
-struct TlsMemcached {
-    child: Child,
-    port: u16,
-}
-
-impl TlsMemcached {
-    /// Starts it with `pki`'s certificate and `extra` `-o` options; None
-    /// (with a note on stderr) when memcached is not installed.
-    fn start(pki: &Pki, extra: &str) -> Option<TlsMemcached> {
-        if !Path::new(MEMCACHED).exists() {
-            eprintln!("skipped: {MEMCACHED} is missing (apt-get install -y memcached)");
-            return None;
-        }
-        let client = TlsClient::new(&TlsOptions {
-            ca: Some(pki.cert.clone()),
-            ..TlsOptions::default()
-        })
-        .unwrap();
-        for _ in 0..5 {
-            let port = free_port();
-            let child = Command::new(MEMCACHED)
-                .args([
-                    "-u",
-                    "root",
-                    "-l",
-                    "127.0.0.1",
-                    "-t",
-                    "1",
-                    "-m",
-                    "64",
-                    "-U",
-                    "0",
-                ])
-                .args(["-p", &port.to_string(), "-Z", "-o"])
-                .arg(format!(
-                    "ssl_chain_cert={},ssl_key={}{extra}",
-                    pki.cert.display(),
-                    pki.key.display()
-                ))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("starting memcached");
-            let mut mc = TlsMemcached { child, port };
-            if mc.wait_ready(&client) {
-                return Some(mc);
-            }
-        }
-        panic!("memcached -Z did not start on a port of its own");
+/// Starts memcached -Z on a free port with `pki`'s certificate and `extra`
+/// `-o` options; None (with a note on stderr) when memcached is not
+/// installed.
+fn start_tls_memcached(pki: &Pki, extra: &str) -> Option<Memcached> {
+    if !Path::new(MEMCACHED).exists() {
+        eprintln!("skipped: {MEMCACHED} is missing (apt-get install -y memcached)");
+        return None;
     }
-
-    /// Polls (bounded: 5 s) until `stats` over TLS reports this child's PID.
-    /// (With `ssl_verify_mode=2` the probe has no client certificate and is
-    /// refused; then the port accepting is enough.)
-    fn wait_ready(&mut self, client: &TlsClient) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let addr = format!("127.0.0.1:{}", self.port).parse().unwrap();
-        loop {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return false;
-            }
-            if let Ok(mut conn) =
-                Blocking::connect(Some(client), "127.0.0.1", &addr, Duration::from_secs(2))
-            {
-                conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-                return match common::stats_pid_on(&mut conn) {
-                    Some(pid) => pid == self.child.id(),
-                    None => std::net::TcpStream::connect(addr).is_ok(),
-                };
-            }
-            assert!(
-                Instant::now() < deadline,
-                "memcached -Z did not answer on port {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(10));
+    let client = TlsClient::new(&TlsOptions {
+        ca: Some(pki.cert.clone()),
+        ..TlsOptions::default()
+    })
+    .unwrap();
+    for _ in 0..5 {
+        let port = free_port();
+        let child = memcached_command(port, 64)
+            .args(["-U", "0", "-Z", "-o"])
+            .arg(format!(
+                "ssl_chain_cert={},ssl_key={}{extra}",
+                pki.cert.display(),
+                pki.key.display()
+            ))
+            .spawn()
+            .expect("starting memcached");
+        let mut mc = Memcached::of(child, port);
+        if tls_ready(&mut mc, &client) {
+            return Some(mc);
         }
     }
-
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
+    panic!("memcached -Z did not start on a port of its own");
 }
 
-impl Drop for TlsMemcached {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// Polls (bounded: 5 s) until `stats` over TLS reports `mc`'s PID. (With
+/// `ssl_verify_mode=2` the probe has no client certificate and is refused;
+/// then the port accepting is enough.)
+fn tls_ready(mc: &mut Memcached, client: &TlsClient) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let addr = mc.addr().parse().unwrap();
+    loop {
+        if mc.exited() {
+            return false;
+        }
+        if let Ok(mut conn) =
+            Blocking::connect(Some(client), "127.0.0.1", &addr, Duration::from_secs(2))
+        {
+            conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            return match common::stats_pid_on(&mut conn) {
+                Some(pid) => pid == mc.pid(),
+                None => std::net::TcpStream::connect(addr).is_ok(),
+            };
+        }
+        assert!(
+            Instant::now() < deadline,
+            "memcached -Z did not answer on port {}",
+            mc.port
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-fn assert_clean(report: &serde_json::Value, what: &str) {
-    assert!(
-        report["ops"].as_u64().unwrap() > 0,
-        "{what}: no ops\n{report:#}"
-    );
-    assert_eq!(report["errors"], 0, "{what}: errors\n{report:#}");
-    assert_eq!(report["timeouts"], 0, "{what}: timeouts\n{report:#}");
-    assert_eq!(report["hit_ratio"], 1.0, "{what}: hit ratio\n{report:#}");
 }
 
 #[test]
 fn a_tls_run_against_memcached_is_clean_and_verified() {
     let pki = Pki::generate().unwrap();
-    let Some(mc) = TlsMemcached::start(&pki, "") else {
+    let Some(mc) = start_tls_memcached(&pki, "") else {
         return;
     };
     let addr = mc.addr();
@@ -165,7 +124,7 @@ fn mutual_tls_needs_the_client_certificate() {
     let server = Pki::generate().unwrap();
     let client = Pki::generate().unwrap();
     let opts = format!(",ssl_ca_cert={},ssl_verify_mode=2", client.cert.display());
-    let Some(mc) = TlsMemcached::start(&server, &opts) else {
+    let Some(mc) = start_tls_memcached(&server, &opts) else {
         return;
     };
     let addr = mc.addr();

@@ -20,11 +20,14 @@ use serde::{Deserialize, Serialize};
 
 use super::procstat;
 use super::servers::Server;
+use super::summary::Summary;
 use crate::cli::{self, Args, Mode};
 use crate::config::Config;
 use crate::engine::{self, Phase, RunResult};
 use crate::report::RunReport;
+use crate::rng::Rng;
 use crate::search::{self, Series};
+use crate::workload::SizeDist;
 
 /// One measured run against one server.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -84,6 +87,39 @@ impl RunFigures {
             other_cpu_secs: 0.0,
         }
     }
+}
+
+/// The runs of `key` (a server, or a row of the TLS comparison) among every
+/// key's runs.
+pub fn runs_of<K: PartialEq>(runs: &[(K, Vec<RunFigures>)], key: K) -> &[RunFigures] {
+    runs.iter()
+        .find(|(k, _)| *k == key)
+        .map_or(&[], |(_, r)| r.as_slice())
+}
+
+/// A figure of `key`'s runs among every key's, summarised.
+pub fn summary_of<K: PartialEq>(
+    runs: &[(K, Vec<RunFigures>)],
+    key: K,
+    f: impl Fn(&RunFigures) -> f64,
+) -> Option<Summary> {
+    Summary::of(&runs_of(runs, key).iter().map(f).collect::<Vec<_>>())
+}
+
+/// The mean of a size distribution (by sampling; exact for fixed sizes).
+fn mean_size(d: &SizeDist) -> usize {
+    if let Some(n) = d.as_fixed() {
+        return n;
+    }
+    let mut rng = Rng::new(42);
+    let n = 20_000;
+    ((0..n).map(|_| d.sample(&mut rng) as u64).sum::<u64>() / n) as usize
+}
+
+/// The floor's canned value size for `preset`: its mean value size.
+pub fn floor_value_bytes(preset: &str) -> anyhow::Result<usize> {
+    let knobs = cli::preset(preset)?;
+    Ok(knobs.value_size.as_ref().map_or(32, mean_size))
 }
 
 /// ferrobench flags -> a config, exactly as the command line would resolve
@@ -246,4 +282,45 @@ pub fn slo_search(server: &mut Server, flags: &[String]) -> anyhow::Result<(SloF
             .collect(),
     };
     Ok((figures, series))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floor_value_sizes_follow_the_presets() {
+        assert_eq!(floor_value_bytes("solarflare-get").unwrap(), 20);
+        assert_eq!(floor_value_bytes("legup-p16").unwrap(), 100);
+        let olio = floor_value_bytes("sun-olio").unwrap();
+        // 0.6 * 52 + 0.3 * 1536 + 0.1 * 12800 = 1772
+        assert!((1650..1900).contains(&olio), "{olio}");
+    }
+
+    #[test]
+    fn runs_are_found_by_key() {
+        let run = |ops_per_sec: f64| RunFigures {
+            ops: 10,
+            keys: 10,
+            ops_per_sec,
+            keys_per_sec: ops_per_sec,
+            p50_us: 1.0,
+            p99_us: 2.0,
+            p999_us: 3.0,
+            hit_ratio: 1.0,
+            errors: 0,
+            timeouts: 0,
+            elapsed_secs: 1.0,
+            server_cpu_secs: 0.5,
+            server_rss_bytes: 0,
+            client_cpu_secs: 0.5,
+            other_cpu_secs: 0.0,
+        };
+        let runs = vec![("a", vec![run(1.0), run(3.0)]), ("b", vec![run(7.0)])];
+        assert_eq!(runs_of(&runs, "a").len(), 2);
+        assert!(runs_of(&runs, "c").is_empty());
+        let s = summary_of(&runs, "a", |f| f.ops_per_sec).unwrap();
+        assert_eq!((s.median, s.min, s.max, s.n), (2.0, 1.0, 3.0, 2));
+        assert_eq!(summary_of(&runs, "c", |f| f.ops_per_sec), None);
+    }
 }

@@ -4,11 +4,13 @@
 //! A tour:
 //! - [`procs`]: children and their guaranteed stop (Drop guards, SIGINT/SIGTERM
 //!   watcher, parent-death signal); CPU pinning with taskset.
-//! - [`procstat`]: `/proc/PID/stat` CPU ticks and VmRSS.
+//! - [`procstat`]: `/proc/PID/stat` CPU ticks and VmRSS, the machine's busy
+//!   time and load average.
 //! - `servers`: ferrocache, memcached and the floor (ferrocache
 //!   `--null-store`), same flags `-t 1 -m M -c 4096 -U 0`, free ports, CPU 0.
 //! - `load`: one preset run in this process (pinned to CPU 1), measured
-//!   from outside through the server's `/proc` figures; the SLO search.
+//!   from outside through the server's `/proc` figures; the SLO search; a
+//!   server's runs among all (`runs_of`); the floor's value size.
 //! - `memory`: fill to the first eviction; Zipf hit ratio.
 //! - [`summary`]: median and min–max spread; [`table`]: the markdown;
 //!   `plot`: every server's SLO search on one chart, and the sweep's chart.
@@ -17,8 +19,16 @@
 //!   `sweep_table` renders it into a section of its own.
 //! - [`tls`]: `--tls`, server CPU per request over TLS: memcached -Z,
 //!   ferrocache -Z and ferrocache plain; `tls_table` renders its section.
-//! - `output`: what a run writes: `--out`'s markdown, its hand-written notes
-//!   kept and the sweep's and TLS sections spliced in place, and the headline.
+//! - `output`: writes the document (or only the sweep's or TLS section of
+//!   it), and prints the headline.
+//!
+//! A module imports only from the layers after its own, never from its
+//! own layer or one before it (the parent, `compare`, uses them all):
+//!
+//! ```text
+//!   output > tls_table > sweep_table > table > sweep, tls > memory
+//!          > load, plot > servers > procs > procstat, summary
+//! ```
 //!
 //! ```text
 //!   for each closed-loop preset:
@@ -61,7 +71,6 @@ use clap::Parser;
 
 use crate::cli::{self, parse_duration, PRESETS};
 use crate::fdlimit;
-use crate::rng::Rng;
 use crate::workload::SizeDist;
 use output::{print_headline, write_report};
 use servers::{Binaries, Kind, Server};
@@ -188,13 +197,7 @@ pub fn main(argv: Vec<OsString>) -> anyhow::Result<ExitCode> {
 
 fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.render_from {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let report: Report =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-        write_report(args, &report)?;
-        print_headline(&report);
-        return Ok(ExitCode::SUCCESS);
+        return render_saved(args, path);
     }
     let started = Instant::now();
     let plan = plan(args)?;
@@ -206,18 +209,7 @@ fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
         date: run_text("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         ..Report::default()
     };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cpu = if args.no_pin {
-        None
-    } else if cores < 2 || args.server_cpu == args.client_cpu {
-        report.warnings.push(format!(
-            "not pinned: {cores} CPU(s) available, or server and client CPU are the same"
-        ));
-        None
-    } else {
-        procs::pin_self(args.client_cpu)?;
-        Some(args.server_cpu)
-    };
+    let cpu = server_cpu(args, &mut report.warnings)?;
     let pinning = match cpu {
         Some(c) => format!("**Pinning:** servers on CPU {c} (`taskset -c {c}`), ferrobench on CPU {} (`taskset -a -cp`)", args.client_cpu),
         None => "**Pinning:** none".into(),
@@ -230,77 +222,23 @@ fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
         log_dir: log_dir()?,
     };
     report.machine = machine(&bins);
-    report.settings = vec![
-        format!(
-            "**Servers:** `-l 127.0.0.1 -t 1 -m {} -c {} -U 0{}` on free ports; the floor adds `--null-store --null-value-bytes N` (N = the preset's mean value size)",
-            args.memory_mb,
-            servers::CONN_LIMIT,
-            if bins.as_root { " -u root" } else { "" }
-        ),
-        pinning.clone(),
-        format!(
-            "**Runs:** {} repetition(s), interleaved ferrocache, memcached, floor; {} s closed-loop runs without warm-up after an unmeasured preload; thesis-qos: {} steps of {} s",
-            plan.reps,
-            plan.duration.as_secs_f64(),
-            plan.slo_steps,
-            plan.slo_duration.as_secs_f64()
-        ),
-    ];
+    report.settings = settings(args, &plan, &bins, &pinning);
     let plots_dir = (args.plots != Path::new("-")).then(|| args.plots.clone());
     if let Some(dir) = &plots_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-
-    for preset in plan.presets.iter().filter(|p| *p != SLO_PRESET) {
-        report.presets.push(run_preset(
-            &bins,
-            &plan,
-            args.memory_mb,
-            preset,
-            &mut report.warnings,
-        )?);
-    }
-    if plan.presets.iter().any(|p| p == SLO_PRESET) {
-        let (slo, plots) = run_slo(&bins, &plan, args.memory_mb, plots_dir.as_deref())?;
-        report.slo = Some(slo);
-        report.plots.extend(plots);
-    }
-    if let Some(steps) = &plan.sweep {
-        let how = sweep::RunSettings {
-            reps: plan.reps,
-            duration: plan.duration,
-            memory_mb: args.memory_mb,
-            pinning: pinning.clone(),
-        };
-        report.sweep = Some(sweep::run_all(&bins, steps, &how, plots_dir.as_deref())?);
-    }
-    if plan.tls {
-        let how = tls::RunSettings {
-            preset: args.tls_preset.clone(),
-            reps: plan.reps,
-            duration: plan.duration,
-            memory_mb: args.memory_mb,
-            pinning,
-        };
-        report.tls = Some(tls::run(&bins, &how)?);
-    }
-    if !args.no_memory && !plan.own_sections_only() {
-        run_memory(&bins, &plan, &mut report)?;
-    }
+    run_sections(
+        args,
+        &plan,
+        &bins,
+        &pinning,
+        plots_dir.as_deref(),
+        &mut report,
+    )?;
     report.server_pids = procs::all_pids();
     report.elapsed_secs = started.elapsed().as_secs_f64();
     if args.out != Path::new("-") {
-        // Links in the report are relative to the report.
-        let base = args.out.parent().unwrap_or(Path::new("."));
-        let relative = |p: &String| {
-            Path::new(p)
-                .strip_prefix(base)
-                .map_or(p.clone(), |r| r.display().to_string())
-        };
-        report.plots = report.plots.iter().map(relative).collect();
-        if let Some(s) = report.sweep.as_mut() {
-            s.plot = s.plot.as_ref().map(relative);
-        }
+        relative_links(&args.out, &mut report);
     }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)
@@ -309,6 +247,115 @@ fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     write_report(args, &report)?;
     print_headline(&report);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--render-from`: the report a previous `--json` saved, rendered again.
+fn render_saved(args: &CompareArgs, path: &Path) -> anyhow::Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let report: Report =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    write_report(args, &report)?;
+    print_headline(&report);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The CPU the servers are pinned to, with this process pinned to the
+/// client CPU; `None` (and a warning, unless `--no-pin`) when not pinned.
+fn server_cpu(args: &CompareArgs, warnings: &mut Vec<String>) -> anyhow::Result<Option<usize>> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if args.no_pin {
+        Ok(None)
+    } else if cores < 2 || args.server_cpu == args.client_cpu {
+        warnings.push(format!(
+            "not pinned: {cores} CPU(s) available, or server and client CPU are the same"
+        ));
+        Ok(None)
+    } else {
+        procs::pin_self(args.client_cpu)?;
+        Ok(Some(args.server_cpu))
+    }
+}
+
+/// The report's settings lines for the presets and the SLO search.
+fn settings(args: &CompareArgs, plan: &Plan, bins: &Binaries, pinning: &str) -> Vec<String> {
+    vec![
+        format!(
+            "**Servers:** `{}` on free ports; the floor adds `--null-store --null-value-bytes N` (N = the preset's mean value size)",
+            bins.flags_text(args.memory_mb, servers::CONN_LIMIT)
+        ),
+        pinning.to_string(),
+        format!(
+            "**Runs:** {} repetition(s), interleaved ferrocache, memcached, floor; {} s closed-loop runs without warm-up after an unmeasured preload; thesis-qos: {} steps of {} s",
+            plan.reps,
+            plan.duration.as_secs_f64(),
+            plan.slo_steps,
+            plan.slo_duration.as_secs_f64()
+        ),
+    ]
+}
+
+/// Measures every section the plan asks for, in the report's order:
+/// closed-loop presets, the SLO search, the sweep, TLS, memory.
+fn run_sections(
+    args: &CompareArgs,
+    plan: &Plan,
+    bins: &Binaries,
+    pinning: &str,
+    plots_dir: Option<&Path>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    for preset in plan.presets.iter().filter(|p| *p != SLO_PRESET) {
+        report.presets.push(run_preset(
+            bins,
+            plan,
+            args.memory_mb,
+            preset,
+            &mut report.warnings,
+        )?);
+    }
+    if plan.presets.iter().any(|p| p == SLO_PRESET) {
+        let (slo, plots) = run_slo(bins, plan, args.memory_mb, plots_dir)?;
+        report.slo = Some(slo);
+        report.plots.extend(plots);
+    }
+    if let Some(steps) = &plan.sweep {
+        let how = sweep::RunSettings {
+            reps: plan.reps,
+            duration: plan.duration,
+            memory_mb: args.memory_mb,
+            pinning: pinning.to_string(),
+        };
+        report.sweep = Some(sweep::run_all(bins, steps, &how, plots_dir)?);
+    }
+    if plan.tls {
+        let how = tls::RunSettings {
+            preset: args.tls_preset.clone(),
+            reps: plan.reps,
+            duration: plan.duration,
+            memory_mb: args.memory_mb,
+            pinning: pinning.to_string(),
+        };
+        report.tls = Some(tls::run(bins, &how)?);
+    }
+    if !args.no_memory && !plan.own_sections_only() {
+        run_memory(bins, plan, report)?;
+    }
+    Ok(())
+}
+
+/// Makes the plots' paths relative to the report at `out`, which links them.
+fn relative_links(out: &Path, report: &mut Report) {
+    let base = out.parent().unwrap_or(Path::new("."));
+    let relative = |p: &String| {
+        Path::new(p)
+            .strip_prefix(base)
+            .map_or(p.clone(), |r| r.display().to_string())
+    };
+    report.plots = report.plots.iter().map(relative).collect();
+    if let Some(s) = report.sweep.as_mut() {
+        s.plot = s.plot.as_ref().map(relative);
+    }
 }
 
 impl Plan {
@@ -363,25 +410,9 @@ fn plan(args: &CompareArgs) -> anyhow::Result<Plan> {
     })
 }
 
-/// The mean of a size distribution (by sampling; exact for fixed sizes).
-fn mean_size(d: &SizeDist) -> usize {
-    if let Some(n) = d.as_fixed() {
-        return n;
-    }
-    let mut rng = Rng::new(42);
-    let n = 20_000;
-    ((0..n).map(|_| d.sample(&mut rng) as u64).sum::<u64>() / n) as usize
-}
-
-/// The floor's canned value size for `preset`: its mean value size.
-fn floor_value_bytes(preset: &str) -> anyhow::Result<usize> {
-    let knobs = cli::preset(preset)?;
-    Ok(knobs.value_size.as_ref().map_or(32, mean_size))
-}
-
 /// Starts the three servers for one preset.
 fn start_all(bins: &Binaries, memory_mb: u64, preset: &str) -> anyhow::Result<Vec<Server>> {
-    let null_bytes = floor_value_bytes(preset)?;
+    let null_bytes = load::floor_value_bytes(preset)?;
     [Kind::Ferrocache, Kind::Memcached, Kind::Floor]
         .into_iter()
         .map(|k| {
@@ -740,15 +771,6 @@ fn machine(bins: &Binaries) -> Machine {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn floor_value_sizes_follow_the_presets() {
-        assert_eq!(floor_value_bytes("solarflare-get").unwrap(), 20);
-        assert_eq!(floor_value_bytes("legup-p16").unwrap(), 100);
-        let olio = floor_value_bytes("sun-olio").unwrap();
-        // 0.6 * 52 + 0.3 * 1536 + 0.1 * 12800 = 1772
-        assert!((1650..1900).contains(&olio), "{olio}");
-    }
 
     #[test]
     fn quick_plan_is_short() {

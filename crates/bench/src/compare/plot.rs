@@ -8,13 +8,10 @@
 use std::fmt::Write;
 
 use super::servers::Kind;
+use crate::plot::{legend, open_svg, BOTTOM, LEFT, RIGHT, TOP};
 
 const W: f64 = 760.0;
 const H: f64 = 460.0;
-const LEFT: f64 = 80.0;
-const RIGHT: f64 = 30.0;
-const TOP: f64 = 40.0;
-const BOTTOM: f64 = 60.0;
 
 fn color(kind: Kind) -> &'static str {
     match kind {
@@ -82,22 +79,12 @@ pub fn latency_vs_throughput(title: &str, series: &[(Kind, Curve)], target_us: f
     );
     let px = |x: f64| LEFT + x / x_max * (W - LEFT - RIGHT);
     let py = |y: f64| H - BOTTOM - y.min(y_max) / y_max * (H - TOP - BOTTOM);
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{}" y="22" text-anchor="middle" font-size="15">{title}</text>
-<text x="{}" y="{}" text-anchor="middle">achieved throughput (ops/s)</text>
-<text transform="translate(18,{}) rotate(-90)" text-anchor="middle">latency (µs; clipped at {y_max:.0})</text>
-<rect x="{LEFT}" y="{TOP}" width="{}" height="{}" fill="none" stroke="black"/>
-"#,
-        W / 2.0,
-        LEFT + (W - LEFT - RIGHT) / 2.0,
-        H - 15.0,
-        TOP + (H - TOP - BOTTOM) / 2.0,
-        W - LEFT - RIGHT,
-        H - TOP - BOTTOM
+    let mut svg = open_svg(
+        W,
+        H,
+        title,
+        "achieved throughput (ops/s)",
+        &format!("latency (µs; clipped at {y_max:.0})"),
     );
     for i in 0..=5 {
         let (x, y) = (x_max * f64::from(i) / 5.0, y_max * f64::from(i) / 5.0);
@@ -120,18 +107,6 @@ pub fn latency_vs_throughput(title: &str, series: &[(Kind, Curve)], target_us: f
         );
     }
     let mut slot = 0;
-    let mut legend = |svg: &mut String, color: &str, dash: &str, text: &str| {
-        let ly = TOP + 16.0 + 16.0 * slot as f64;
-        slot += 1;
-        let _ = writeln!(
-            svg,
-            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"{dash}/><text x="{}" y="{}">{text}</text>"#,
-            LEFT + 12.0,
-            LEFT + 36.0,
-            LEFT + 42.0,
-            ly + 4.0
-        );
-    };
     for (kind, points) in series {
         let mut pts = points.clone();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -161,7 +136,8 @@ pub fn latency_vs_throughput(title: &str, series: &[(Kind, Curve)], target_us: f
                     py(y)
                 );
             }
-            legend(&mut svg, c, dash, &format!("{} {name}", kind.name()));
+            legend(&mut svg, slot, c, dash, &format!("{} {name}", kind.name()));
+            slot += 1;
         }
     }
     let _ = writeln!(
@@ -172,6 +148,7 @@ pub fn latency_vs_throughput(title: &str, series: &[(Kind, Curve)], target_us: f
     );
     legend(
         &mut svg,
+        slot,
         "#2ca02c",
         r#" stroke-dasharray="6,4""#,
         &format!("target {} µs", label(target_us)),
@@ -200,32 +177,69 @@ fn decades(lo: f64, hi: f64) -> (f64, f64) {
     (a, b.max(a + 1.0))
 }
 
+/// Where the sweep plot puts a value: connections on a log x axis shared
+/// by both panels, throughput linear from 0 in the top panel, p99 latency on
+/// a log axis in the bottom one.
+struct SweepAxes {
+    /// Decades (`log10`) the x axis spans.
+    x0: f64,
+    x1: f64,
+    /// The top of the throughput axis.
+    y_max: f64,
+    /// Decades the latency axis spans.
+    l0: f64,
+    l1: f64,
+    /// The top edges of the two panels.
+    top1: f64,
+    top2: f64,
+}
+
+impl SweepAxes {
+    fn fit(lines: &[SweepLine]) -> SweepAxes {
+        let all = || lines.iter().flat_map(|l| l.points.iter());
+        let (x0, x1) = decades(
+            all().map(|p| p.0).fold(f64::INFINITY, f64::min).max(1.0),
+            all().map(|p| p.0).fold(1.0, f64::max),
+        );
+        let y_max = nice_ceiling(all().map(|p| p.1).fold(1.0, f64::max) * 1.05);
+        let (l0, l1) = decades(
+            all()
+                .map(|p| p.2)
+                .filter(|v| *v > 0.0)
+                .fold(f64::INFINITY, f64::min)
+                .min(1e9),
+            all().map(|p| p.2).fold(1.0, f64::max),
+        );
+        SweepAxes {
+            x0,
+            x1,
+            y_max,
+            l0,
+            l1,
+            top1: TOP,
+            top2: TOP + SW_PANEL + SW_GAP,
+        }
+    }
+
+    fn px(&self, x: f64) -> f64 {
+        LEFT + (x.max(1e-9).log10() - self.x0) / (self.x1 - self.x0) * (W - LEFT - RIGHT)
+    }
+
+    fn py_ops(&self, y: f64) -> f64 {
+        self.top1 + SW_PANEL - y.min(self.y_max) / self.y_max * SW_PANEL
+    }
+
+    fn py_lat(&self, y: f64) -> f64 {
+        let t = (y.max(1e-9).log10().clamp(self.l0, self.l1) - self.l0) / (self.l1 - self.l0);
+        self.top2 + SW_PANEL - t * SW_PANEL
+    }
+}
+
 /// LegUp's figure: throughput (top, linear from 0) and p99 latency (bottom,
 /// log) against connections (log), one colour per server; lines at
 /// `solid_pipeline` are solid, other depths dashed with open markers.
 pub fn connection_sweep(title: &str, lines: &[SweepLine], solid_pipeline: usize) -> String {
-    let all = || lines.iter().flat_map(|l| l.points.iter());
-    let (x0, x1) = decades(
-        all().map(|p| p.0).fold(f64::INFINITY, f64::min).max(1.0),
-        all().map(|p| p.0).fold(1.0, f64::max),
-    );
-    let y_max = nice_ceiling(all().map(|p| p.1).fold(1.0, f64::max) * 1.05);
-    let (l0, l1) = decades(
-        all()
-            .map(|p| p.2)
-            .filter(|v| *v > 0.0)
-            .fold(f64::INFINITY, f64::min)
-            .min(1e9),
-        all().map(|p| p.2).fold(1.0, f64::max),
-    );
-    let top1 = TOP;
-    let top2 = TOP + SW_PANEL + SW_GAP;
-    let px = |x: f64| LEFT + (x.max(1e-9).log10() - x0) / (x1 - x0) * (W - LEFT - RIGHT);
-    let py_ops = |y: f64| top1 + SW_PANEL - y.min(y_max) / y_max * SW_PANEL;
-    let py_lat = |y: f64| {
-        let t = (y.max(1e-9).log10().clamp(l0, l1) - l0) / (l1 - l0);
-        top2 + SW_PANEL - t * SW_PANEL
-    };
+    let a = SweepAxes::fit(lines);
     let mut svg = String::new();
     let _ = write!(
         svg,
@@ -237,40 +251,58 @@ pub fn connection_sweep(title: &str, lines: &[SweepLine], solid_pipeline: usize)
 <text x="{}" y="{}" text-anchor="middle">connections (log)</text>
 "#,
         W / 2.0,
-        top1 + SW_PANEL / 2.0,
-        top2 + SW_PANEL / 2.0,
+        a.top1 + SW_PANEL / 2.0,
+        a.top2 + SW_PANEL / 2.0,
         LEFT + (W - LEFT - RIGHT) / 2.0,
-        top2 + SW_PANEL + 40.0,
+        a.top2 + SW_PANEL + 40.0,
     );
-    for top in [top1, top2] {
+    for top in [a.top1, a.top2] {
         let _ = writeln!(
             svg,
             r#"<rect x="{LEFT}" y="{top}" width="{}" height="{SW_PANEL}" fill="none" stroke="black"/>"#,
             W - LEFT - RIGHT
         );
     }
-    // Vertical grid: every decade labelled (under both panels), 2..9 faint.
-    for d in (x0 as i32)..=(x1 as i32) {
+    connections_grid(&mut svg, &a);
+    for i in 0..=5 {
+        let y = a.y_max * f64::from(i) / 5.0;
+        y_grid_line(&mut svg, a.py_ops(y), &label(y));
+    }
+    for d in (a.l0 as i32)..=(a.l1 as i32) {
+        let y = 10f64.powi(d);
+        y_grid_line(&mut svg, a.py_lat(y), &latency_label(y));
+    }
+    for (n, line) in lines.iter().enumerate() {
+        sweep_line(&mut svg, &a, n, line, line.pipeline == solid_pipeline);
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// The vertical grid of both panels: every decade labelled (under both
+/// panels), 2..9 faint.
+fn connections_grid(svg: &mut String, a: &SweepAxes) {
+    for d in (a.x0 as i32)..=(a.x1 as i32) {
         for m in 1..10 {
             let x = f64::from(m) * 10f64.powi(d);
-            if x.log10() > x1 + 1e-9 {
+            if x.log10() > a.x1 + 1e-9 {
                 break;
             }
             let stroke = if m == 1 { "#ccc" } else { "#eee" };
-            for top in [top1, top2] {
+            for top in [a.top1, a.top2] {
                 let _ = writeln!(
                     svg,
                     r#"<line x1="{0:.1}" y1="{top}" x2="{0:.1}" y2="{1}" stroke="{stroke}"/>"#,
-                    px(x),
+                    a.px(x),
                     top + SW_PANEL
                 );
             }
             if m == 1 {
-                for top in [top1, top2] {
+                for top in [a.top1, a.top2] {
                     let _ = writeln!(
                         svg,
                         r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
-                        px(x),
+                        a.px(x),
                         top + SW_PANEL + 16.0,
                         label(x)
                     );
@@ -278,82 +310,70 @@ pub fn connection_sweep(title: &str, lines: &[SweepLine], solid_pipeline: usize)
             }
         }
     }
-    for i in 0..=5 {
-        let y = y_max * f64::from(i) / 5.0;
+}
+
+/// A horizontal grid line across the plot at `y` px, labelled on the left.
+fn y_grid_line(svg: &mut String, y: f64, text: &str) {
+    let _ = writeln!(
+        svg,
+        r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#ddd"/><text x="{2}" y="{3:.1}" text-anchor="end">{4}</text>"##,
+        y,
+        W - RIGHT,
+        LEFT - 6.0,
+        y + 4.0,
+        text
+    );
+}
+
+/// Line `n` of the sweep plot in both panels, and its legend entry below.
+fn sweep_line(svg: &mut String, a: &SweepAxes, n: usize, line: &SweepLine, solid: bool) {
+    let c = color(line.kind);
+    let dash = if solid {
+        ""
+    } else {
+        r#" stroke-dasharray="6,4""#
+    };
+    let fill = if solid { c } else { "white" };
+    let mut pts = line.points.clone();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (y_of, py) in [
+        (
+            (|p: &(f64, f64, f64)| p.1) as fn(&(f64, f64, f64)) -> f64,
+            SweepAxes::py_ops as fn(&SweepAxes, f64) -> f64,
+        ),
+        (|p| p.2, SweepAxes::py_lat),
+    ] {
+        let coords: Vec<String> = pts
+            .iter()
+            .map(|p| format!("{:.1},{:.1}", a.px(p.0), py(a, y_of(p))))
+            .collect();
         let _ = writeln!(
             svg,
-            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#ddd"/><text x="{2}" y="{3:.1}" text-anchor="end">{4}</text>"##,
-            py_ops(y),
-            W - RIGHT,
-            LEFT - 6.0,
-            py_ops(y) + 4.0,
-            label(y)
+            r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="2"{dash}/>"#,
+            coords.join(" ")
         );
-    }
-    for d in (l0 as i32)..=(l1 as i32) {
-        let y = 10f64.powi(d);
-        let _ = writeln!(
-            svg,
-            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#ddd"/><text x="{2}" y="{3:.1}" text-anchor="end">{4}</text>"##,
-            py_lat(y),
-            W - RIGHT,
-            LEFT - 6.0,
-            py_lat(y) + 4.0,
-            latency_label(y)
-        );
-    }
-    for (n, line) in lines.iter().enumerate() {
-        let c = color(line.kind);
-        let solid = line.pipeline == solid_pipeline;
-        let dash = if solid {
-            ""
-        } else {
-            r#" stroke-dasharray="6,4""#
-        };
-        let fill = if solid { c } else { "white" };
-        let mut pts = line.points.clone();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        for (y_of, py) in [
-            (
-                (|p: &(f64, f64, f64)| p.1) as fn(&(f64, f64, f64)) -> f64,
-                &py_ops as &dyn Fn(f64) -> f64,
-            ),
-            (|p| p.2, &py_lat),
-        ] {
-            let coords: Vec<String> = pts
-                .iter()
-                .map(|p| format!("{:.1},{:.1}", px(p.0), py(y_of(p))))
-                .collect();
+        for p in &pts {
             let _ = writeln!(
                 svg,
-                r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="2"{dash}/>"#,
-                coords.join(" ")
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{fill}" stroke="{c}"/>"#,
+                a.px(p.0),
+                py(a, y_of(p))
             );
-            for p in &pts {
-                let _ = writeln!(
-                    svg,
-                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{fill}" stroke="{c}"/>"#,
-                    px(p.0),
-                    py(y_of(p))
-                );
-            }
         }
-        let (lx, ly) = (
-            LEFT + 10.0 + 220.0 * (n % 3) as f64,
-            top2 + SW_PANEL + 68.0 + 20.0 * (n / 3) as f64,
-        );
-        let _ = writeln!(
-            svg,
-            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"{dash}/><text x="{}" y="{}">{} pipeline {}</text>"#,
-            lx + 24.0,
-            lx + 30.0,
-            ly + 4.0,
-            line.kind.name(),
-            line.pipeline
-        );
     }
-    svg.push_str("</svg>\n");
-    svg
+    let (lx, ly) = (
+        LEFT + 10.0 + 220.0 * (n % 3) as f64,
+        a.top2 + SW_PANEL + 68.0 + 20.0 * (n / 3) as f64,
+    );
+    let _ = writeln!(
+        svg,
+        r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"{dash}/><text x="{}" y="{}">{} pipeline {}</text>"#,
+        lx + 24.0,
+        lx + 30.0,
+        ly + 4.0,
+        line.kind.name(),
+        line.pipeline
+    );
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! What the harness reads about a server process from `/proc`: CPU time
 //! (`/proc/PID/stat` utime + stime) and resident memory (`/proc/PID/status`
 //! VmRSS); and the whole machine's user and system time (`/proc/stat`), to
-//! see how much other processes competed with a run.
+//! see how much other processes competed with a run, and its load average
+//! (`/proc/loadavg`), which the reports print before and after.
 //!
 //! ```text
 //!   /proc/PID/stat:  1234 (memcached) S 1 1234 ... utime stime cutime ...
@@ -124,6 +125,20 @@ pub fn machine_busy_secs() -> anyhow::Result<f64> {
     Ok(parse_machine_busy(&text)? as f64 / clock_ticks_per_sec() as f64)
 }
 
+/// The 1-minute load average: the first field of `/proc/loadavg`.
+pub fn parse_load_average(text: &str) -> Option<f64> {
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// The 1-minute load average now, as a report prints it (`0.42`), or
+/// `unknown` when `/proc/loadavg` cannot be read.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| parse_load_average(&text))
+        .map_or("unknown".into(), |l| format!("{l:.2}"))
+}
+
 /// CPU ticks of process `pid` now.
 pub fn cpu_ticks(pid: u32) -> anyhow::Result<CpuTicks> {
     let path = format!("/proc/{pid}/stat");
@@ -175,6 +190,16 @@ mod tests {
     const MEMCACHED_STAT: &str = "4242 (memcached) S 1 4242 4242 0 -1 4194560 1234 0 0 0 \
         150 37 0 0 20 0 10 0 123456 1100000000 5000 18446744073709551615 1 1 0 0 0 0 0 \
         4097 2 0 0 0 17 0 0 0 0 0 0\n";
+
+    #[test]
+    fn load_average_is_the_first_field() {
+        assert_eq!(
+            parse_load_average("0.42 0.30 0.25 2/345 6789\n"),
+            Some(0.42)
+        );
+        assert_eq!(parse_load_average(""), None);
+        assert_eq!(parse_load_average("x 1 2"), None);
+    }
 
     #[test]
     fn machine_busy_is_user_nice_system() {

@@ -55,6 +55,17 @@ pub struct Binaries {
     pub log_dir: PathBuf,
 }
 
+impl Binaries {
+    /// The flags every server starts with (`-p` aside), as the reports print
+    /// them; [`Server::start`] passes the same.
+    pub fn flags_text(&self, memory_mb: u64, conn_limit: u32) -> String {
+        format!(
+            "-l 127.0.0.1 -t 1 -m {memory_mb} -c {conn_limit} -U 0{}",
+            if self.as_root { " -u root" } else { "" }
+        )
+    }
+}
+
 /// TLS for a server: memcached's `-Z -o ssl_chain_cert=...,ssl_key=...`.
 #[derive(Clone, Debug)]
 pub struct ServerTls {
@@ -90,6 +101,19 @@ pub struct Server {
     proc: Spawned,
 }
 
+/// One server to start, as [`Server::start`] and its variants describe it.
+#[derive(Clone, Copy)]
+struct Launch<'a> {
+    kind: Kind,
+    memory_mb: u64,
+    /// The floor's canned value size.
+    null_value_bytes: usize,
+    /// `-c`.
+    conn_limit: u32,
+    /// `-Z` with this certificate.
+    tls: Option<&'a ServerTls>,
+}
+
 impl Server {
     /// Starts `kind` with `-t 1 -m MEMORY_MB -c 4096 -U 0` on a free port and
     /// waits until it accepts connections. `null_value_bytes` sizes the
@@ -117,7 +141,14 @@ impl Server {
         null_value_bytes: usize,
         conn_limit: u32,
     ) -> anyhow::Result<Server> {
-        Self::start_full(bins, kind, memory_mb, null_value_bytes, conn_limit, None)
+        let launch = Launch {
+            kind,
+            memory_mb,
+            null_value_bytes,
+            conn_limit,
+            tls: None,
+        };
+        Self::start_full(bins, &launch)
     }
 
     /// [`Server::start`] serving TLS only (`-Z`), with `tls`'s certificate.
@@ -127,7 +158,14 @@ impl Server {
         memory_mb: u64,
         tls: &ServerTls,
     ) -> anyhow::Result<Server> {
-        Self::start_full(bins, kind, memory_mb, 32, CONN_LIMIT, Some(tls)).map_err(|e| {
+        let launch = Launch {
+            kind,
+            memory_mb,
+            null_value_bytes: 32,
+            conn_limit: CONN_LIMIT,
+            tls: Some(tls),
+        };
+        Self::start_full(bins, &launch).map_err(|e| {
             if kind == Kind::Memcached {
                 return e;
             }
@@ -141,24 +179,18 @@ impl Server {
         })
     }
 
-    fn start_full(
-        bins: &Binaries,
-        kind: Kind,
-        memory_mb: u64,
-        null_value_bytes: usize,
-        conn_limit: u32,
-        tls: Option<&ServerTls>,
-    ) -> anyhow::Result<Server> {
+    /// Starts `launch`, on a fresh port after each lost race.
+    fn start_full(bins: &Binaries, launch: &Launch) -> anyhow::Result<Server> {
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
-            match Self::start_once(bins, kind, memory_mb, null_value_bytes, conn_limit, tls)? {
+            match Self::start_once(bins, launch)? {
                 Ok(server) => return Ok(server),
                 Err(problem) => last = Some(problem),
             }
         }
         Err(last.expect("at least one attempt").context(format!(
             "{} did not start in {START_ATTEMPTS} attempts",
-            kind.name()
+            launch.kind.name()
         )))
     }
 
@@ -166,12 +198,15 @@ impl Server {
     /// race worth retrying.
     fn start_once(
         bins: &Binaries,
-        kind: Kind,
-        memory_mb: u64,
-        null_value_bytes: usize,
-        conn_limit: u32,
-        tls: Option<&ServerTls>,
+        launch: &Launch,
     ) -> anyhow::Result<Result<Server, anyhow::Error>> {
+        let Launch {
+            kind,
+            memory_mb,
+            null_value_bytes,
+            conn_limit,
+            tls,
+        } = *launch;
         let port = free_port()?;
         let program: &Path = match kind {
             Kind::Memcached => &bins.memcached,
@@ -398,5 +433,25 @@ mod tests {
         assert_eq!(stat_u64(&s, "missing"), 0);
         assert!(parse_stats("STAT a 1\r\n").is_err());
         assert!(parse_stats("ERROR\r\n").is_err());
+    }
+
+    #[test]
+    fn the_reports_print_the_servers_flags() {
+        let mut bins = Binaries {
+            ferrocache: "ferrocache".into(),
+            memcached: "memcached".into(),
+            cpu: None,
+            as_root: false,
+            log_dir: "logs".into(),
+        };
+        assert_eq!(
+            bins.flags_text(1024, CONN_LIMIT),
+            "-l 127.0.0.1 -t 1 -m 1024 -c 4096 -U 0"
+        );
+        bins.as_root = true;
+        assert_eq!(
+            bins.flags_text(64, 10_256),
+            "-l 127.0.0.1 -t 1 -m 64 -c 10256 -U 0 -u root"
+        );
     }
 }

@@ -49,6 +49,11 @@ impl Summary {
     }
 }
 
+/// The median of a summary, if there is one.
+pub fn median(s: Option<Summary>) -> Option<f64> {
+    s.map(|s| s.median)
+}
+
 /// `a / b`, or `None` when `b` is zero or either is not finite.
 pub fn ratio(a: f64, b: f64) -> Option<f64> {
     let r = a / b;

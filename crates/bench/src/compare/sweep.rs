@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use super::load::{self, RunFigures};
 use super::plot::{connection_sweep, SweepLine};
+use super::procstat;
 use super::servers::{self, Binaries, Kind, Server, CONN_LIMIT};
 use super::summary::Summary;
 use crate::fdlimit::{self, NofileLimit};
@@ -207,12 +208,12 @@ pub struct StepRuns {
 
 impl StepRuns {
     pub fn of(&self, kind: Kind) -> &[RunFigures] {
-        super::table::runs_of(&self.runs, kind)
+        load::runs_of(&self.runs, kind)
     }
 
     /// A figure of `kind`'s runs, summarised.
     pub fn summary(&self, kind: Kind, f: impl Fn(&RunFigures) -> f64) -> Option<Summary> {
-        super::table::summary_of(&self.runs, kind, f)
+        load::summary_of(&self.runs, kind, f)
     }
 }
 
@@ -260,15 +261,13 @@ pub fn run_all(
     for s in &sweep_plan.skipped {
         eprintln!("ferrobench compare: warning: {s}");
     }
-    let load_before = load_average();
+    let load_before = procstat::load_average();
     let mut runs = run(bins, &sweep_plan, how)?;
-    let load_after = load_average();
-    let memory_mb = how.memory_mb;
+    let load_after = procstat::load_average();
     runs.settings = vec![
         format!(
-            "**Servers:** `-l 127.0.0.1 -t 1 -m {memory_mb} -c {} -U 0{}` on free ports, started once for the whole sweep (`-c` above the largest step); the floor adds `--null-store --null-value-bytes 100`",
-            sweep_plan.conn_limit,
-            if bins.as_root { " -u root" } else { "" }
+            "**Servers:** `{}` on free ports, started once for the whole sweep (`-c` above the largest step); the floor adds `--null-store --null-value-bytes 100`",
+            bins.flags_text(how.memory_mb, sweep_plan.conn_limit)
         ),
         how.pinning.clone(),
         format!(
@@ -284,8 +283,7 @@ pub fn run_all(
         // load average says how much (this sweep's own processes add about 2).
         format!(
             "**Load average (1 min):** {} at the start of the sweep, {} at its end",
-            load_before.map_or("unknown".into(), |l| format!("{l:.2}")),
-            load_after.map_or("unknown".into(), |l| format!("{l:.2}"))
+            load_before, load_after
         ),
     ];
     if let Some(dir) = plots_dir {
@@ -330,7 +328,7 @@ pub fn run_all(
 /// Runs the sweep `plan` on all three servers.
 pub fn run(bins: &Binaries, plan: &SweepPlan, how: &RunSettings) -> anyhow::Result<SweepRuns> {
     let started = Instant::now();
-    let value_bytes = super::floor_value_bytes(WORKLOAD)?;
+    let value_bytes = load::floor_value_bytes(WORKLOAD)?;
     let mut servers: Vec<Server> = [Kind::Ferrocache, Kind::Memcached, Kind::Floor]
         .into_iter()
         .map(|k| {
@@ -528,16 +526,6 @@ impl Drop for ConnCounter {
     fn drop(&mut self) {
         let _ = self.stream.write_all(b"quit\r\n");
     }
-}
-
-/// The 1-minute load average.
-pub fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// `VmHWM` of this process, in bytes.

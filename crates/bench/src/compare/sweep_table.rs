@@ -20,11 +20,11 @@ use std::fmt::Write;
 
 use super::load::RunFigures;
 use super::servers::Kind;
-use super::summary::{ratio, Summary};
+use super::summary::{median, ratio, Summary};
 use super::sweep::{
     Step, StepRuns, SweepRuns, LEGUP_CONNECTIONS, LEGUP_PIPELINE, MANY_CONNECTIONS,
 };
-use super::table::{fmt_num, fmt_rate, fmt_ratio, fmt_summary, Machine};
+use super::table::{fmt_count, fmt_num, fmt_rate, fmt_ratio, fmt_summary, write_facts, Machine};
 
 /// Opens the generated sweep section.
 pub const SWEEP_BEGIN: &str =
@@ -39,10 +39,6 @@ const MC: Kind = Kind::Memcached;
 const FLOOR: Kind = Kind::Floor;
 const KINDS: [Kind; 3] = [FC, MC, FLOOR];
 
-fn median(s: Option<Summary>) -> Option<f64> {
-    s.map(|s| s.median)
-}
-
 fn cell(s: Option<Summary>, f: fn(f64) -> String) -> String {
     median(s).map_or("—".into(), f)
 }
@@ -53,7 +49,7 @@ fn step_label(step: Step) -> String {
 
 /// `10 000`-style connection counts (a plain space reads well in a column).
 fn group(v: f64) -> String {
-    super::table::fmt_count(v).replace('\u{202f}', " ")
+    fmt_count(v).replace('\u{202f}', " ")
 }
 
 /// The medians side by side: throughput and server CPU, then latency.
@@ -119,6 +115,15 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// `Met` when `met`, else `Missed`.
+    pub fn of(met: bool) -> Verdict {
+        if met {
+            Verdict::Met
+        } else {
+            Verdict::Missed
+        }
+    }
+
     pub fn word(self) -> &'static str {
         match self {
             Verdict::Met => "met",
@@ -137,6 +142,26 @@ pub struct Target {
     pub detail: String,
 }
 
+impl Target {
+    /// A target whose figures were not measured, `detail` saying which.
+    pub fn not_measured(what: &'static str, detail: String) -> Target {
+        Target {
+            what,
+            verdict: Verdict::NotMeasured,
+            detail,
+        }
+    }
+}
+
+/// Targets as a markdown list.
+pub fn target_list(targets: &[Target]) -> String {
+    let mut out = String::new();
+    for t in targets {
+        let _ = writeln!(out, "- **{}**: {}: {}.", t.verdict.word(), t.what, t.detail);
+    }
+    out
+}
+
 fn find(s: &SweepRuns, connections: usize, pipeline: usize) -> Option<&StepRuns> {
     s.steps.iter().find(|st| {
         st.step
@@ -151,24 +176,26 @@ fn ops(st: &StepRuns, k: Kind) -> Option<Summary> {
     st.summary(k, |f| f.ops_per_sec)
 }
 
+fn no_legup() -> String {
+    format!(
+        "no {} × p{LEGUP_PIPELINE} step",
+        group(LEGUP_CONNECTIONS as f64)
+    )
+}
+
 /// The four targets, judged on medians.
 pub fn targets(s: &SweepRuns) -> Vec<Target> {
     let legup = find(s, LEGUP_CONNECTIONS, LEGUP_PIPELINE);
-    let not_measured = |what, detail: String| Target {
-        what,
-        verdict: Verdict::NotMeasured,
-        detail,
-    };
-    let no_legup = || {
-        format!(
-            "no {} × p{LEGUP_PIPELINE} step",
-            group(LEGUP_CONNECTIONS as f64)
-        )
-    };
-    let judge = |met: bool| if met { Verdict::Met } else { Verdict::Missed };
-    let mut out = Vec::new();
+    vec![
+        plateau_target(s, legup),
+        lead_target(s),
+        latency_target(legup),
+        many_clients_target(s, legup),
+    ]
+}
 
-    // 1. The plateau holds: at 1 400 connections, 0.9 x ferrocache's best.
+/// 1. The plateau holds: at 1 400 connections, 0.9 x ferrocache's best.
+fn plateau_target(s: &SweepRuns, legup: Option<&StepRuns>) -> Target {
     let what = "ferrocache's throughput at 1 400 connections is at least 0.9× its best step at pipeline 16";
     let best = s
         .steps
@@ -176,10 +203,10 @@ pub fn targets(s: &SweepRuns) -> Vec<Target> {
         .filter(|st| st.step.pipeline == LEGUP_PIPELINE)
         .filter_map(|st| Some((st.step, median(ops(st, FC))?)))
         .max_by(|a, b| a.1.total_cmp(&b.1));
-    out.push(match (legup.and_then(|l| median(ops(l, FC))), best) {
+    match (legup.and_then(|l| median(ops(l, FC))), best) {
         (Some(at), Some((best_step, best))) => Target {
             what,
-            verdict: judge(at >= 0.9 * best),
+            verdict: Verdict::of(at >= 0.9 * best),
             detail: format!(
                 "{} ops/s at {}, {} of the best, {} ops/s at {}",
                 fmt_rate(at),
@@ -189,10 +216,12 @@ pub fn targets(s: &SweepRuns) -> Vec<Target> {
                 group(best_step.connections as f64)
             ),
         },
-        _ => not_measured(what, no_legup()),
-    });
+        _ => Target::not_measured(what, no_legup()),
+    }
+}
 
-    // 2. Above memcached everywhere.
+/// 2. Above memcached everywhere.
+fn lead_target(s: &SweepRuns) -> Target {
     let what = "ferrocache's throughput is above memcached's at every step";
     let behind: Vec<String> = s
         .steps
@@ -214,8 +243,8 @@ pub fn targets(s: &SweepRuns) -> Vec<Target> {
         .iter()
         .filter_map(|st| Some((st.step, ratio(median(ops(st, FC))?, median(ops(st, MC))?)?)))
         .min_by(|a, b| a.1.total_cmp(&b.1));
-    out.push(match lowest {
-        None => not_measured(what, "no step with both servers".into()),
+    match lowest {
+        None => Target::not_measured(what, "no step with both servers".into()),
         Some(_) if !behind.is_empty() => Target {
             what,
             verdict: Verdict::Missed,
@@ -230,24 +259,28 @@ pub fn targets(s: &SweepRuns) -> Vec<Target> {
                 step_label(step)
             ),
         },
-    });
+    }
+}
 
-    // 3. Latency at LegUp's largest step.
+/// 3. Latency at LegUp's largest step.
+fn latency_target(legup: Option<&StepRuns>) -> Target {
     let what = "ferrocache's p99 at 1 400 connections is no higher than memcached's";
     let p99 = |k| legup.and_then(|l| median(l.summary(k, |f| f.p99_us)));
-    out.push(match (p99(FC), p99(MC)) {
+    match (p99(FC), p99(MC)) {
         (Some(f), Some(m)) => Target {
             what,
-            verdict: judge(f <= m),
+            verdict: Verdict::of(f <= m),
             detail: format!("{} µs against {} µs", fmt_num(f), fmt_num(m)),
         },
-        _ => not_measured(what, no_legup()),
-    });
+        _ => Target::not_measured(what, no_legup()),
+    }
+}
 
-    // 4. Many clients, one request in flight each.
+/// 4. Many clients, one request in flight each.
+fn many_clients_target(s: &SweepRuns, legup: Option<&StepRuns>) -> Target {
     let what = "at 10 000 connections, one request in flight each, ferrocache's throughput is within 20 % of its 1 400-connection figure";
     let many = find(s, MANY_CONNECTIONS, 1).and_then(|st| median(ops(st, FC)));
-    out.push(match (many, legup.and_then(|l| median(ops(l, FC)))) {
+    match (many, legup.and_then(|l| median(ops(l, FC)))) {
         (Some(many), Some(at)) => {
             let same_depth = find(s, LEGUP_CONNECTIONS, 1)
                 .and_then(|st| median(ops(st, FC)))
@@ -261,7 +294,7 @@ pub fn targets(s: &SweepRuns) -> Vec<Target> {
                 });
             Target {
                 what,
-                verdict: judge(many >= 0.8 * at),
+                verdict: Verdict::of(many >= 0.8 * at),
                 detail: format!(
                     "{} ops/s at {} × p1 is {} of {} ops/s at {} × p{LEGUP_PIPELINE}{same_depth}",
                     fmt_rate(many),
@@ -272,7 +305,7 @@ pub fn targets(s: &SweepRuns) -> Vec<Target> {
                 ),
             }
         }
-        _ => not_measured(
+        _ => Target::not_measured(
             what,
             format!(
                 "needs the {} × p1 and {} × p{LEGUP_PIPELINE} steps",
@@ -280,24 +313,22 @@ pub fn targets(s: &SweepRuns) -> Vec<Target> {
                 group(LEGUP_CONNECTIONS as f64)
             ),
         ),
-    });
-    out
+    }
 }
 
 /// The targets as a markdown list.
 pub fn target_lines(s: &SweepRuns) -> String {
-    let mut out = String::new();
-    for t in targets(s) {
-        let _ = writeln!(out, "- **{}**: {}: {}.", t.verdict.word(), t.what, t.detail);
-    }
-    out
+    target_list(&targets(s))
 }
 
-/// Other processes' CPU (in CPUs, over the measured window) above which a
-/// step counts as contended: the two pinned CPUs were not the runs' own.
-const CONTENDED_CPUS: f64 = 0.25;
+/// Other processes' CPU (in CPUs, over the measured window; the median of a
+/// server's runs) above which a step, or a row of the TLS comparison,
+/// counts as contended: the two pinned CPUs were not the runs' own.
+pub const CONTENDED_CPUS: f64 = 0.25;
 
-fn busy(secs: fn(&RunFigures) -> f64) -> impl Fn(&RunFigures) -> f64 {
+/// CPU seconds per second of a run's measured window, of the CPU time
+/// `secs` picks.
+pub fn busy(secs: fn(&RunFigures) -> f64) -> impl Fn(&RunFigures) -> f64 {
     move |f| secs(f) / f.elapsed_secs.max(1e-9)
 }
 
@@ -361,10 +392,7 @@ pub fn section(s: &SweepRuns, date: &str, command: &str, m: &Machine) -> String 
     let mut out = format!("{SWEEP_BEGIN}\n\n");
     let _ = write!(
         out,
-        "## Connection sweep (LegUp): {} from {} to {} connections\n\n\
-         - **Date:** {date}\n- **Command:** `{command}` ({:.0} s)\n\
-         - **Machine:** {}, {} cores, Linux {}\n\
-         - **Software:** memcached {}; ferrocache {} ({})\n",
+        "## Connection sweep (LegUp): {} from {} to {} connections\n\n",
         s.workload,
         group(
             s.steps
@@ -380,17 +408,8 @@ pub fn section(s: &SweepRuns, date: &str, command: &str, m: &Machine) -> String 
                 .max()
                 .unwrap_or(0) as f64
         ),
-        s.elapsed_secs,
-        m.cpu_model,
-        m.cores,
-        m.kernel,
-        m.memcached_version,
-        m.ferrocache_version,
-        m.revision
     );
-    for line in &s.settings {
-        let _ = writeln!(out, "- {line}");
-    }
+    write_facts(&mut out, date, command, s.elapsed_secs, m, &s.settings);
     out.push_str(
         "\nLegUp's FPGA memcached paper swept memtier from 5 to 1 400 connections at pipeline 16\n\
          (1:1 get:set, 100-byte values): ElastiCache flattened at about 1.4 M ops/s from 80\n\

@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use super::load::{self, RunFigures};
+use super::load::{self, runs_of, summary_of, RunFigures};
+use super::procstat;
 use super::servers::{stats_of, Binaries, Kind, Server, ServerTls, CONN_LIMIT};
 use super::summary::Summary;
 use crate::tls::{Blocking, TlsClient, TlsOptions};
@@ -83,15 +84,12 @@ pub struct TlsRuns {
 
 impl TlsRuns {
     pub fn of(&self, v: Variant) -> &[RunFigures] {
-        self.runs
-            .iter()
-            .find(|(w, _)| *w == v)
-            .map_or(&[], |(_, r)| r.as_slice())
+        runs_of(&self.runs, v)
     }
 
     /// A figure of `v`'s runs, summarised.
     pub fn summary(&self, v: Variant, f: impl Fn(&RunFigures) -> f64) -> Option<Summary> {
-        Summary::of(&self.of(v).iter().map(f).collect::<Vec<_>>())
+        summary_of(&self.runs, v, f)
     }
 }
 
@@ -193,7 +191,7 @@ pub fn run(bins: &Binaries, how: &RunSettings) -> anyhow::Result<TlsRuns> {
     for (v, s) in &servers {
         load::preload(&how.preset, s).with_context(|| format!("preloading {}", v.name()))?;
     }
-    let load_before = super::sweep::load_average();
+    let load_before = procstat::load_average();
     let mut out = TlsRuns {
         preset: how.preset.clone(),
         settings: settings(bins, how, &negotiated),
@@ -250,11 +248,9 @@ pub fn run(bins: &Binaries, how: &RunSettings) -> anyhow::Result<TlsRuns> {
     drop(pki);
     // On a shared machine other work competes for both pinned CPUs; the
     // load average says how much (this run's own processes add about 2).
-    let load = |l: Option<f64>| l.map_or("unknown".into(), |l| format!("{l:.2}"));
     out.settings.push(format!(
-        "**Load average (1 min):** {} before the first measured run, {} after the last",
-        load(load_before),
-        load(super::sweep::load_average())
+        "**Load average (1 min):** {load_before} before the first measured run, {} after the last",
+        procstat::load_average()
     ));
     out.elapsed_secs = started.elapsed().as_secs_f64();
     Ok(out)
@@ -280,9 +276,8 @@ fn probe(server: &Server, v: Variant, client: &TlsClient) -> anyhow::Result<Stri
 fn settings(bins: &Binaries, how: &RunSettings, negotiated: &[String]) -> Vec<String> {
     vec![
         format!(
-            "**Servers:** `-l 127.0.0.1 -t 1 -m {} -c {CONN_LIMIT} -U 0{}` on free ports; the TLS ones add `-Z -o ssl_chain_cert=cert.pem,ssl_key=key.pem`, a throwaway ECDSA P-256 certificate for 127.0.0.1 and localhost made in process (rcgen) at the start and deleted at the end",
-            how.memory_mb,
-            if bins.as_root { " -u root" } else { "" }
+            "**Servers:** `{}` on free ports; the TLS ones add `-Z -o ssl_chain_cert=cert.pem,ssl_key=key.pem`, a throwaway ECDSA P-256 certificate for 127.0.0.1 and localhost made in process (rcgen) at the start and deleted at the end",
+            bins.flags_text(how.memory_mb, CONN_LIMIT)
         ),
         how.pinning.clone(),
         format!(

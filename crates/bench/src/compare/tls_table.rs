@@ -5,9 +5,9 @@
 use std::fmt::Write;
 
 use super::load::RunFigures;
-use super::summary::{ratio, Summary};
-use super::sweep_table::{Target, Verdict};
-use super::table::{fmt_num, fmt_rate, fmt_ratio, fmt_summary, Machine};
+use super::summary::{median, ratio, Summary};
+use super::sweep_table::{busy, target_list, Target, Verdict, CONTENDED_CPUS};
+use super::table::{fmt_num, fmt_rate, fmt_ratio, fmt_summary, write_facts, Machine};
 use super::tls::{TlsRuns, FC_PLAIN, FC_TLS, MC_TLS};
 
 /// Opens the generated TLS section.
@@ -23,10 +23,6 @@ pub const MAX_VS_PLAIN: f64 = 1.5;
 
 fn cpu(t: &TlsRuns, v: super::tls::Variant) -> Option<Summary> {
     t.summary(v, RunFigures::cpu_per_mop)
-}
-
-fn median(s: Option<Summary>) -> Option<f64> {
-    s.map(|s| s.median)
 }
 
 /// One row per server: medians (min–max) and the CPU ratios the targets use.
@@ -53,7 +49,7 @@ pub fn table(t: &TlsRuns) -> String {
             fmt_summary(s(|f| f.p99_us), fmt_num),
             fmt_summary(s(|f| f.p999_us), fmt_num),
             runs.iter().map(|f| f.errors + f.timeouts).sum::<u64>(),
-            fmt_summary(t.summary(*v, others_busy), |v| format!(
+            fmt_summary(t.summary(*v, others_busy()), |v| format!(
                 "{:.0} %",
                 v * 100.0
             )),
@@ -63,20 +59,16 @@ pub fn table(t: &TlsRuns) -> String {
 }
 
 /// Other processes' CPU over a run's measured window, in CPUs.
-fn others_busy(f: &RunFigures) -> f64 {
-    f.other_cpu_secs / f.elapsed_secs.max(1e-9)
+fn others_busy() -> impl Fn(&RunFigures) -> f64 {
+    busy(|f| f.other_cpu_secs)
 }
-
-/// Other processes' CPU (median over a row's runs, in CPUs) above which the
-/// row counts as contended, as in the connection sweep.
-const CONTENDED_CPUS: f64 = 0.25;
 
 /// The rows where other processes competed for the two CPUs, in words.
 pub fn contended(t: &TlsRuns) -> Vec<String> {
     t.runs
         .iter()
         .filter_map(|(v, _)| {
-            let busy = median(t.summary(*v, others_busy))?;
+            let busy = median(t.summary(*v, others_busy()))?;
             (busy > CONTENDED_CPUS).then(|| {
                 format!(
                     "{}: other processes used {:.0} % of a CPU during the measured runs (median), \
@@ -99,11 +91,7 @@ pub fn targets(t: &TlsRuns) -> Vec<Target> {
     {
         Some((f, b, r)) => Target {
             what,
-            verdict: if r <= max {
-                Verdict::Met
-            } else {
-                Verdict::Missed
-            },
+            verdict: Verdict::of(r <= max),
             detail: format!(
                 "{} µs against {base_name}'s {} µs, {}",
                 fmt_num(f),
@@ -111,11 +99,7 @@ pub fn targets(t: &TlsRuns) -> Vec<Target> {
                 fmt_ratio(Some(r))
             ),
         },
-        None => Target {
-            what,
-            verdict: Verdict::NotMeasured,
-            detail: format!("needs runs of ferrocache -Z and {base_name}"),
-        },
+        None => Target::not_measured(what, format!("needs runs of ferrocache -Z and {base_name}")),
     };
     vec![
         judge(
@@ -135,34 +119,15 @@ pub fn targets(t: &TlsRuns) -> Vec<Target> {
 
 /// The targets as a markdown list.
 pub fn target_lines(t: &TlsRuns) -> String {
-    let mut out = String::new();
-    for g in targets(t) {
-        let _ = writeln!(out, "- **{}**: {}: {}.", g.verdict.word(), g.what, g.detail);
-    }
-    out
+    target_list(&targets(t))
 }
 
 /// The whole generated section, markers included.
 pub fn section(t: &TlsRuns, date: &str, command: &str, m: &Machine) -> String {
     let day = date.split_whitespace().next().unwrap_or(date);
     let mut out = format!("{TLS_BEGIN}\n\n");
-    let _ = write!(
-        out,
-        "## TLS: CPU per get against memcached -Z ({day})\n\n\
-         - **Date:** {date}\n- **Command:** `{command}` ({:.0} s)\n\
-         - **Machine:** {}, {} cores, Linux {}\n\
-         - **Software:** memcached {}; ferrocache {} ({})\n",
-        t.elapsed_secs,
-        m.cpu_model,
-        m.cores,
-        m.kernel,
-        m.memcached_version,
-        m.ferrocache_version,
-        m.revision
-    );
-    for line in &t.settings {
-        let _ = writeln!(out, "- {line}");
-    }
+    let _ = write!(out, "## TLS: CPU per get against memcached -Z ({day})\n\n");
+    write_facts(&mut out, date, command, t.elapsed_secs, m, &t.settings);
     let _ = write!(
         out,
         "\nThe {} workload over TLS: memcached and ferrocache each serving `-Z` with the same\n\

@@ -48,25 +48,11 @@ impl Memcached {
         } else {
             "0".to_string()
         };
-        let child = Command::new(MEMCACHED)
-            .args([
-                "-u",
-                "root",
-                "-l",
-                "127.0.0.1",
-                "-t",
-                "1",
-                "-m",
-                "256",
-                "-p",
-            ])
-            .arg(port.to_string())
+        let child = memcached_command(port, 256)
             .args(["-U", &udp_port])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
             .spawn()
             .expect("starting memcached");
-        let mut mc = Memcached { child, port };
+        let mut mc = Memcached::of(child, port);
         if mc.wait_ready() {
             return Some(mc);
         }
@@ -74,16 +60,30 @@ impl Memcached {
         None
     }
 
+    /// The memcached `child` started on `port`; it is killed by PID on drop.
+    pub fn of(child: Child, port: u16) -> Memcached {
+        Memcached { child, port }
+    }
+
+    /// Whether the process has exited.
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Polls (bounded: 5 s) until memcached answers on its port with its own
     /// PID. False when the child exited or someone else answers there.
     fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if self.exited() {
                 return false;
             }
             if let Some(pid) = stats_pid(self.port) {
-                return pid == self.child.id();
+                return pid == self.pid();
             }
             assert!(
                 Instant::now() < deadline,
@@ -104,6 +104,31 @@ impl Drop for Memcached {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `memcached -u root -l 127.0.0.1 -t 1 -m MEMORY_MB -p PORT`, its output
+/// discarded; the caller adds the rest of its flags.
+pub fn memcached_command(port: u16, memory_mb: u32) -> Command {
+    let mut cmd = Command::new(MEMCACHED);
+    cmd.args(["-u", "root", "-l", "127.0.0.1", "-t", "1"])
+        .args(["-m", &memory_mb.to_string(), "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
+
+/// A run's report shows work done, and no errors, timeouts or misses.
+pub fn assert_clean(report: &serde_json::Value, what: &str) {
+    assert!(
+        report["ops"].as_u64().unwrap() > 0,
+        "{what}: no ops\n{report:#}"
+    );
+    assert_eq!(report["errors"], 0, "{what}: errors\n{report:#}");
+    assert_eq!(report["timeouts"], 0, "{what}: timeouts\n{report:#}");
+    assert_eq!(
+        report["hit_ratio"], 1.0,
+        "{what}: hit ratio after preload\n{report:#}"
+    );
 }
 
 /// A port nothing listens on right now.
