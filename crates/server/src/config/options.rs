@@ -8,7 +8,7 @@
 use super::getopt::{HasArg, OptSpec};
 use super::refusal::{atof, atoi, Refusal};
 use super::table::{
-    fail, fixed, num, on_off, set, text, yes_no, Acts, Arg, Line, Name, Parse, Row,
+    fail, fixed, num, on_off, row, set, text, yes_no, Acts, Arg, Line, Name, Parse, Row,
 };
 use super::{extended, usage, Binding, Draft, IoBackend, VERSION};
 
@@ -548,6 +548,7 @@ pub const FERROCACHE: &[Row] = &[
     ),
 ];
 
+/// A memcached flag's row (`long` empty: none); its `-h` lines are in `usage.txt`.
 const fn flag(
     short: char,
     long: &'static str,
@@ -557,19 +558,15 @@ const fn flag(
     lines: &'static [Line],
 ) -> Row {
     let long = if long.is_empty() { None } else { Some(long) };
-    Row {
-        name: Name::Flag(OptSpec {
-            short: Some(short),
-            long,
-            arg,
-        }),
-        parse,
-        acts,
-        lines,
-        help: &[],
-    }
+    let spec = OptSpec {
+        short: Some(short),
+        long,
+        arg,
+    };
+    row(Name::Flag(spec), parse, acts, lines, &[])
 }
 
+/// A ferrocache option's row: a long name only; `help` is its synopsis, then its text.
 const fn long(
     long: &'static str,
     arg: HasArg,
@@ -578,17 +575,12 @@ const fn long(
     lines: &'static [Line],
     help: &'static [&'static str],
 ) -> Row {
-    Row {
-        name: Name::Flag(OptSpec {
-            short: None,
-            long: Some(long),
-            arg,
-        }),
-        parse,
-        acts,
-        lines,
-        help,
-    }
+    let spec = OptSpec {
+        short: None,
+        long: Some(long),
+        arg,
+    };
+    row(Name::Flag(spec), parse, acts, lines, help)
 }
 
 /// The flags' rows, in getopt's order: [`MEMCACHED`], then [`FERROCACHE`].

@@ -221,6 +221,23 @@ pub const fn text(name: &'static str, f: for<'a> fn(&'a View<'a>) -> Cow<'a, str
     }
 }
 
+/// A row.
+pub const fn row(
+    name: Name,
+    parse: Parse,
+    acts: Acts,
+    lines: &'static [Line],
+    help: &'static [&'static str],
+) -> Row {
+    Row {
+        name,
+        parse,
+        acts,
+        lines,
+        help,
+    }
+}
+
 /// An `-o` suboption's row.
 pub const fn sub(
     name: &'static str,
@@ -229,13 +246,7 @@ pub const fn sub(
     lines: &'static [Line],
     help: &'static [&'static str],
 ) -> Row {
-    Row {
-        name: Name::Sub(name),
-        parse,
-        acts,
-        lines,
-        help,
-    }
+    row(Name::Sub(name), parse, acts, lines, help)
 }
 
 /// The `stats settings` lines no option sets.
