@@ -92,9 +92,36 @@ fn kib(a: Arg<'_>) -> Result<usize, Refusal> {
 }
 
 /// A suboption that takes no value and is inert here.
-const fn inert(name: &'static str, lines: &'static [Line], help: &'static [&'static str]) -> Row {
-    sub(name, |_, _| Ok(()), Inert, lines, help)
+const fn inert(
+    name: &'static str,
+    lines: &'static [Line],
+    help: &'static [&'static str],
+    doc: &'static str,
+) -> Row {
+    sub(name, |_, _| Ok(()), Inert, lines, help, doc)
 }
+
+/// docs/operations.md's words for the suboptions of memcached internals.
+const INTERNAL: &str = "checked and shown in `stats settings` as memcached shows them; \
+    they tune memcached internals ferrocache does not have";
+/// ... for the slab mover's and the LRU's tunables.
+const LRU: &str = "checked and shown in `stats settings` as memcached shows them, and \
+    changed by `slabs automove`, `lru tune`, `lru mode` and `lru temp_ttl` as there: \
+    segments have no slab classes and eviction has no hot/warm/cold queues";
+/// ... for the crawler's.
+const SWEEP: &str = "the expired-item sweep (below)";
+/// ... for the slab classes'.
+const CLASSES: &str = "checked as memcached checks them (against `-I` and the 1 MiB \
+    slab page); they shape the slab classes `stats slabs`/`stats items` report, and \
+    change no allocation. `worker_logbuf_size` also sets `slab_sizes`, as in memcached \
+    1.6.18 (a fall-through in its switch)";
+/// ... for the `watch` buffers.
+const WATCH: &str = "KiB of each watcher's buffer and of each worker's queue of `watch` \
+    events, as memcached's (docs/protocol.md, \"Log streams: `watch`\")";
+/// ... for `maxconns_fast`.
+const MAXCONNS: &str = "connections past `-c` get `ERROR Too many open connections` \
+    either way; as in memcached, `stats` shows `rejected_connections` only with \
+    `maxconns_fast` (the default)";
 
 /// memcached's suboptions.
 pub const ROWS: &[Row] = &[
@@ -103,15 +130,13 @@ pub const ROWS: &[Row] = &[
         |d, _| set(&mut ext(d).maxconns_fast, true),
         Inert,
         &[yes_no("maxconns_fast", |v| v.s.extended.maxconns_fast)],
-        &["immediately close new connections after limit (default: enabled)"],
-    ),
+        &["immediately close new connections after limit (default: enabled)"], MAXCONNS,),
     sub(
         "no_maxconns_fast",
         |d, _| set(&mut ext(d).maxconns_fast, false),
         Inert,
         &[],
-        &[],
-    ),
+        &[], MAXCONNS,),
     sub(
         "hashpower",
         |d, a| {
@@ -134,8 +159,7 @@ pub const ROWS: &[Row] = &[
             "an integer multiplier for how large the hash",
             "table should be. normally grows at runtime. (default starts at: 0)",
             "set based on \"STAT hash_power_level\"",
-        ],
-    ),
+        ], INTERNAL,),
     sub(
         "tail_repair_time",
         |d, a| {
@@ -153,8 +177,7 @@ pub const ROWS: &[Row] = &[
             "time in seconds for how long to wait before",
             "forcefully killing LRU tail item.",
             "disabled by default; very dangerous option.",
-        ],
-    ),
+        ], INTERNAL,),
     sub(
         "hash_algorithm",
         |d, a| {
@@ -171,22 +194,19 @@ pub const ROWS: &[Row] = &[
         &[
             "the hash table algorithm",
             "default is murmur3 hash. options: jenkins, murmur3, xxh3",
-        ],
-    ),
+        ], INTERNAL,),
     sub(
         "lru_crawler",
         |d, _| set(&mut tunables(d).lru_crawler, true),
         On("tunables.lru_crawler: the expired-item sweep (io/launch.rs, admin/crawler.rs)"),
         &[yes_no("lru_crawler", |v| v.t.lru_crawler)],
-        &[],
-    ),
+        &[], SWEEP,),
     sub(
         "no_lru_crawler",
         |d, _| set(&mut tunables(d).lru_crawler, false),
         On("tunables.lru_crawler"),
         &[],
-        &["disable LRU Crawler background thread."],
-    ),
+        &["disable LRU Crawler background thread."], SWEEP,),
     sub(
         "lru_crawler_sleep",
         |d, a| {
@@ -198,8 +218,7 @@ pub const ROWS: &[Row] = &[
         },
         On("tunables.crawler_sleep_us: a requested crawl's pauses (admin/crawler.rs)"),
         &[num("lru_crawler_sleep", |v| v.t.crawler_sleep_us.into())],
-        &["microseconds to sleep between items", "default is 100."],
-    ),
+        &["microseconds to sleep between items", "default is 100."], SWEEP,),
     sub(
         "lru_crawler_tocrawl",
         |d, a| {
@@ -213,8 +232,7 @@ pub const ROWS: &[Row] = &[
         &[
             "max items to crawl per slab per run",
             "default is 0 (unlimited)",
-        ],
-    ),
+        ], SWEEP,),
     sub(
         "read_buf_mem_limit",
         |d, a| set(&mut ext(d).read_buf_mem_limit_mib, a.strtoul()?),
@@ -227,8 +245,7 @@ pub const ROWS: &[Row] = &[
             "limit in megabytes for connection read/response buffers.",
             "do not adjust unless you have high (20k+) conn. limits.",
             "0 means unlimited (default: 0)",
-        ],
-    ),
+        ], INTERNAL,),
     sub(
         "resp_obj_mem_limit",
         |_, _| {
@@ -237,8 +254,7 @@ pub const ROWS: &[Row] = &[
         },
         Inert,
         &[],
-        &["deprecated: see read_buf_mem_limit"],
-    ),
+        &["deprecated: see read_buf_mem_limit"], "as memcached 1.6's: it prints its DEPRECATED line",),
     // As in memcached, the maintainer option also turns segmentation on or off.
     sub(
         "lru_maintainer",
@@ -248,15 +264,13 @@ pub const ROWS: &[Row] = &[
             yes_no("lru_maintainer_thread", |v| v.t.lru_maintainer),
             yes_no("lru_segmented", |v| v.t.lru_segmented),
         ],
-        &[],
-    ),
+        &[], LRU,),
     sub(
         "no_lru_maintainer",
         |d, _| lru_maintainer(tunables(d), false),
         Inert,
         &[],
-        &["disable new LRU system + background thread."],
-    ),
+        &["disable new LRU system + background thread."], LRU,),
     sub(
         "hot_lru_pct",
         |d, a| set(&mut tunables(d).hot_lru_pct, lru_pct(a)?),
@@ -265,8 +279,7 @@ pub const ROWS: &[Row] = &[
         &[
             "pct of slab memory to reserve for hot lru.",
             "(requires lru_maintainer, default pct: 20)",
-        ],
-    ),
+        ], LRU,),
     sub(
         "warm_lru_pct",
         |d, a| set(&mut tunables(d).warm_lru_pct, lru_pct(a)?),
@@ -275,22 +288,19 @@ pub const ROWS: &[Row] = &[
         &[
             "pct of slab memory to reserve for warm lru.",
             "(requires lru_maintainer, default pct: 40)",
-        ],
-    ),
+        ], LRU,),
     sub(
         "hot_max_factor",
         |d, a| set(&mut tunables(d).hot_max_factor, age_factor(a)?),
         Inert,
         &[fixed("hot_max_factor", 2, |v| v.t.hot_max_factor)],
-        &["items idle > cold lru age * drop from hot lru. (default: 0.20)"],
-    ),
+        &["items idle > cold lru age * drop from hot lru. (default: 0.20)"], LRU,),
     sub(
         "warm_max_factor",
         |d, a| set(&mut tunables(d).warm_max_factor, age_factor(a)?),
         Inert,
         &[fixed("warm_max_factor", 2, |v| v.t.warm_max_factor)],
-        &["items idle > cold lru age * this drop from warm. (default: 2.00)"],
-    ),
+        &["items idle > cold lru age * this drop from warm. (default: 2.00)"], LRU,),
     sub(
         "temporary_ttl",
         |d, a| {
@@ -307,8 +317,7 @@ pub const ROWS: &[Row] = &[
         &[
             "TTL's below get separate LRU, can't be evicted.",
             "(requires lru_maintainer, default: 61)",
-        ],
-    ),
+        ], LRU,),
     sub(
         "idle_timeout",
         |d, a| {
@@ -317,22 +326,19 @@ pub const ROWS: &[Row] = &[
         },
         On("idle_timeout_secs: idle connections closed (io/worker.rs)"),
         &[num("idle_timeout", |v| v.s.idle_timeout_secs.into())],
-        &["timeout for idle connections. (default: 0, no timeout)"],
-    ),
+        &["timeout for idle connections. (default: 0, no timeout)"], "close connections idle for more than N seconds (0: never)",),
     sub(
         "slab_reassign",
         |d, _| set(&mut tunables(d).slab_reassign, true),
         Inert,
         &[yes_no("slab_reassign", |v| v.t.slab_reassign)],
-        &["allow `slabs reassign` to move pages between classes (default: enabled)"],
-    ),
+        &["allow `slabs reassign` to move pages between classes (default: enabled)"], LRU,),
     sub(
         "no_slab_reassign",
         |d, _| set(&mut tunables(d).slab_reassign, false),
         Inert,
         &[],
-        &[],
-    ),
+        &[], LRU,),
     sub(
         "slab_automove",
         |d, a| {
@@ -344,15 +350,13 @@ pub const ROWS: &[Row] = &[
         },
         Inert,
         &[num("slab_automove", |v| v.t.slab_automove.into())],
-        &["0, 1 or 2: how readily pages move between classes (default: 1)"],
-    ),
+        &["0, 1 or 2: how readily pages move between classes (default: 1)"], LRU,),
     sub(
         "no_slab_automove",
         |d, _| set(&mut tunables(d).slab_automove, 0),
         Inert,
         &[],
-        &[],
-    ),
+        &[], LRU,),
     sub(
         "slab_automove_ratio",
         |d, a| {
@@ -365,8 +369,7 @@ pub const ROWS: &[Row] = &[
         },
         Inert,
         &[fixed("slab_automove_ratio", 2, |v| v.t.slab_automove_ratio)],
-        &["ratio of free memory in a class that lets it give a page (default: 0.80)"],
-    ),
+        &["ratio of free memory in a class that lets it give a page (default: 0.80)"], LRU,),
     sub(
         "slab_automove_window",
         |d, a| {
@@ -380,8 +383,7 @@ pub const ROWS: &[Row] = &[
         &[num("slab_automove_window", |v| {
             v.s.extended.slab_automove_window.into()
         })],
-        &["seconds of history slab_automove decides on (default: 30)"],
-    ),
+        &["seconds of history slab_automove decides on (default: 30)"], INTERNAL,),
     sub(
         "slab_chunk_max",
         |d, a| {
@@ -396,8 +398,7 @@ pub const ROWS: &[Row] = &[
         },
         On("classes.chunk_max: the slab classes stats slabs and stats items report"),
         &[num("slab_chunk_max", |v| v.s.classes.chunk_max.into())],
-        &["(EXPERIMENTAL) maximum slab size in kilobytes. use extreme care. (default: 512)"],
-    ),
+        &["(EXPERIMENTAL) maximum slab size in kilobytes. use extreme care. (default: 512)"], CLASSES,),
     // memcached crashes on a missing value (strdup(NULL)); refuse instead.
     sub(
         "slab_sizes",
@@ -409,15 +410,13 @@ pub const ROWS: &[Row] = &[
         },
         On("classes.sizes: as slab_chunk_max"),
         &[],
-        &["dash-separated chunk sizes of the slab classes, in bytes"],
-    ),
+        &["dash-separated chunk sizes of the slab classes, in bytes"], CLASSES,),
     sub(
         "no_chunked_items",
         |d, _| set(&mut d.chunk_max, SLAB_PAGE_SIZE),
         On("classes.chunk_max: as slab_chunk_max"),
         &[],
-        &["never chunk items: slab_chunk_max is the slab page size"],
-    ),
+        &["never chunk items: slab_chunk_max is the slab page size"], CLASSES,),
     sub(
         "watcher_logbuf_size",
         |d, a| set(&mut ext(d).watcher_logbuf_bytes, kib(a)?),
@@ -425,8 +424,7 @@ pub const ROWS: &[Row] = &[
         &[num("watcher_logbuf_size", |v| {
             v.s.extended.watcher_logbuf_bytes as i64
         })],
-        &["size in kilobytes of per-watcher write buffer. (default: 256)"],
-    ),
+        &["size in kilobytes of per-watcher write buffer. (default: 256)"], WATCH,),
     sub(
         "worker_logbuf_size",
         |d, a| {
@@ -441,36 +439,31 @@ pub const ROWS: &[Row] = &[
         &[
             "size in kilobytes of per-worker-thread buffer",
             "read by background thread, then written to watchers. (default: 64)",
-        ],
-    ),
+        ], WATCH,),
     sub(
         "track_sizes",
         |d, _| set(&mut ext(d).track_sizes, true),
         On("extended.track_sizes: stats sizes reports from the start (ops/slabs.rs)"),
         // The live value: `stats sizes_enable` and `sizes_disable` change it.
         &[yes_no("track_sizes", |v| v.track_sizes)],
-        &["enable dynamic reports for 'stats sizes' command."],
-    ),
+        &["enable dynamic reports for 'stats sizes' command."], "`stats sizes` reports from the start, as after `stats sizes_enable`",),
     inert(
         "no_hashexpand",
         &[],
-        &["disables hash table expansion (dangerous)"],
-    ),
+        &["disables hash table expansion (dangerous)"], INTERNAL,),
     // memcached 1.6 always answers inline; the option is kept for old command lines.
     inert(
         "inline_ascii_resp",
         &[text("inline_ascii_response", |_| "no".into())],
-        &["no effect since memcached 1.5 (also no_inline_ascii_resp)"],
-    ),
-    inert("no_inline_ascii_resp", &[], &[]),
+        &["no effect since memcached 1.5 (also no_inline_ascii_resp)"], INTERNAL,),
+    inert("no_inline_ascii_resp", &[], &[], INTERNAL,),
     inert(
         "modern",
         &[],
         &[
             "enables options which will be default in future.",
             "currently: nothing",
-        ],
-    ),
+        ], "memcached 1.6's defaults are what it enabled",),
     sub(
         "no_modern",
         |d, _| {
@@ -485,26 +478,22 @@ pub const ROWS: &[Row] = &[
         },
         On("classes.chunk_max, tunables.lru_crawler: as memcached 1.4's defaults"),
         &[],
-        &["uses defaults of previous major version (1.4.x)"],
-    ),
+        &["uses defaults of previous major version (1.4.x)"], "sets what memcached's does: slab classes unchunked, the crawler, slab moves and the LRU maintainer off",),
     inert(
         "drop_privileges",
         &[],
-        &["drop privileges with the OS's sandbox, where it has one"],
-    ),
-    inert("no_drop_privileges", &[], &[]),
+        &["drop privileges with the OS's sandbox, where it has one"], INTERNAL,),
+    inert("no_drop_privileges", &[], &[], INTERNAL,),
     // memcached-debug's: its tests pass it always; ferrocache has no sandbox to relax.
     inert(
         "relaxed_privileges",
         &[],
-        &["relax the sandbox (memcached-debug's test builds)"],
-    ),
+        &["relax the sandbox (memcached-debug's test builds)"], "memcached-debug's (its test suite passes it always); ferrocache has no sandbox to relax",),
     // memcached reads it with no check; nothing here marks sockets.
     inert(
         "sock_cookie_id",
         &[],
-        &["attributes an ID to a socket for ip filtering/firewalls "],
-    ),
+        &["attributes an ID to a socket for ip filtering/firewalls "], INTERNAL,),
 ];
 
 /// `lru_maintainer` and `no_lru_maintainer`.

@@ -20,6 +20,9 @@ use Acts::{Inert, On};
 pub const HEADING: &str =
     "\n   - External storage (ext_*) related options (see: docs/operations.md, \"A flash tier\")\n";
 
+/// docs/operations.md's words for the tier's run-time settings.
+const TIER: &str = "as memcached's (above); `extstore` changes them at run time";
+
 /// The flash tier's run-time settings, as the rows write them.
 fn tier(d: &mut Draft) -> &mut storage::FlashTunables {
     &mut d.s.tunables.ext
@@ -47,15 +50,13 @@ pub const ROWS: &[Row] = &[
         &[
             "file to write to for external storage.",
             "ie: ext_path=/mnt/d1/extstore:1G",
-        ],
-    ),
+        ], "a file of SIZE (M, G, T or P), `ext_path=FILE:SIZE[:bucket]`; several for several disks, pages taken from each in turn. memcached's bucket suffix is accepted and changes nothing: pages are not split into buckets",),
     sub(
         "ext_page_size",
         |d, a| set(&mut d.s.flash.page_size, u64::from(a.strtoul()?) << 20),
         On("flash.page_size"),
         &[],
-        &["size in megabytes of storage pages. (default: 64)"],
-    ),
+        &["size in megabytes of storage pages. (default: 64)"], "MiB, as memcached's",),
     sub(
         "ext_wbuf_size",
         |d, a| {
@@ -66,58 +67,50 @@ pub const ROWS: &[Row] = &[
         },
         On("flash.wbuf_size: the tier's write buffer"),
         &[num("ext_wbuf_size", |v| v.s.flash.wbuf_size as i64)],
-        &["size in megabytes of page write buffers. (default: 4)"],
-    ),
+        &["size in megabytes of page write buffers. (default: 4)"], "MiB, as memcached's",),
     sub(
         "ext_threads",
         |d, a| set(&mut d.s.ext_threads, (a.strtoul()? as usize).max(1)),
         On("ext_threads: the I/O threads that read for text gets (io/flash_io.rs)"),
         &[],
-        &["number of IO threads to run. (default: 1)"],
-    ),
+        &["number of IO threads to run. (default: 1)"], "the I/O threads that read for text gets (default 1)",),
     sub(
         "ext_io_depth",
         |_, a| a.strtoul().map(drop),
         // Each I/O thread has one read in flight.
         Inert,
         &[],
-        &["reads in flight per IO thread. (default: 1)"],
-    ),
+        &["reads in flight per IO thread. (default: 1)"], "checked: each I/O thread has one read in flight",),
     sub(
         "ext_item_size",
         |d, a| set(&mut tier(d).item_size, a.strtoul()?),
         On("tunables.ext.item_size"),
         &[num("ext_item_size", |v| v.t.ext.item_size.into())],
-        &["store items larger than this (bytes, default 512)"],
-    ),
+        &["store items larger than this (bytes, default 512)"], TIER,),
     sub(
         "ext_item_age",
         |d, a| set(&mut tier(d).item_age, a.strtoul()?),
         On("tunables.ext.item_age"),
         &[num("ext_item_age", |v| v.t.ext.item_age.into())],
-        &["store items idle at least this long (seconds, default: no age limit)"],
-    ),
+        &["store items idle at least this long (seconds, default: no age limit)"], TIER,),
     sub(
         "ext_low_ttl",
         |d, a| set(&mut tier(d).low_ttl, a.strtoul()?),
         On("tunables.ext.low_ttl"),
         &[num("ext_low_ttl", |v| v.t.ext.low_ttl.into())],
-        &["consider TTLs lower than this specially (default: 0)"],
-    ),
+        &["consider TTLs lower than this specially (default: 0)"], TIER,),
     sub(
         "ext_drop_unread",
         |d, _| set(&mut tier(d).drop_unread, true),
         On("tunables.ext.drop_unread"),
         &[yes_no("ext_drop_unread", |v| v.t.ext.drop_unread)],
-        &["don't re-write unread values during compaction (default: disabled)"],
-    ),
+        &["don't re-write unread values during compaction (default: disabled)"], TIER,),
     sub(
         "ext_recache_rate",
         |d, a| set(&mut tier(d).recache_rate, a.strtoul()?),
         On("tunables.ext.recache_rate"),
         &[num("ext_recache_rate", |v| v.t.ext.recache_rate.into())],
-        &["recache an item every N accesses (default: 2000)"],
-    ),
+        &["recache an item every N accesses (default: 2000)"], TIER,),
     sub(
         "ext_compact_under",
         |d, a| set(&mut tier(d).compact_under, a.strtoul()?),
@@ -126,8 +119,7 @@ pub const ROWS: &[Row] = &[
         &[
             "compact when fewer than this many free pages",
             "(default: 1/4th of the assigned storage)",
-        ],
-    ),
+        ], TIER,),
     sub(
         "ext_drop_under",
         |d, a| set(&mut tier(d).drop_under, a.strtoul()?),
@@ -136,22 +128,19 @@ pub const ROWS: &[Row] = &[
         &[
             "drop COLD items when fewer than this many free pages",
             "(default: 1/4th of the assigned storage)",
-        ],
-    ),
+        ], TIER,),
     sub(
         "ext_max_frag",
         |d, a| set(&mut tier(d).max_frag, a.strtod()?),
         On("tunables.ext.max_frag"),
         &[fixed("ext_max_frag", 2, |v| v.t.ext.max_frag)],
-        &["max page fragmentation to tolerate (default: 0.80)"],
-    ),
+        &["max page fragmentation to tolerate (default: 0.80)"], TIER,),
     sub(
         "ext_max_sleep",
         |d, a| set(&mut d.s.tunables.ext_max_sleep, a.strtoul()?),
         On("tunables.ext_max_sleep: the tier's background pause (io/launch.rs)"),
         &[num("ext_max_sleep", |v| v.t.ext_max_sleep.into())],
-        &["max sleep time of background threads in us (default: 1000000)"],
-    ),
+        &["max sleep time of background threads in us (default: 1000000)"], "the background thread's pause when it has nothing to do, in µs, held between 10 and 100 ms",),
     sub(
         "slab_automove_freeratio",
         |d, a| set(&mut d.s.extended.slab_automove_freeratio, a.strtod()?),
@@ -162,8 +151,7 @@ pub const ROWS: &[Row] = &[
         &[
             "ratio of memory to hold free as buffer.",
             "(see doc/storage.txt for more info, default: 0.010)",
-        ],
-    ),
+        ], "checked and shown in `stats settings` as memcached shows it: it tunes memcached's slab mover, which ferrocache does not have",),
 ];
 
 /// extstore's `storage_conf_parse`: `path:SIZE[:bucket]`, the size a number with a unit

@@ -563,7 +563,7 @@ const fn flag(
         long,
         arg,
     };
-    row(Name::Flag(spec), parse, acts, lines, &[])
+    row(Name::Flag(spec), parse, acts, lines, &[], "")
 }
 
 /// A ferrocache option's row: a long name only; `help` is its synopsis, then its text.
@@ -580,7 +580,7 @@ const fn long(
         long: Some(long),
         arg,
     };
-    row(Name::Flag(spec), parse, acts, lines, help)
+    row(Name::Flag(spec), parse, acts, lines, help, "")
 }
 
 /// The flags' rows, in getopt's order: [`MEMCACHED`], then [`FERROCACHE`].

@@ -40,6 +40,9 @@ pub struct Row {
     /// of `options.rs` that memcached has are listed in `usage.txt` instead, in
     /// memcached's order.
     pub help: &'static [&'static str],
+    /// What docs/operations.md says of a suboption, after "acted on" or "inert" (its
+    /// tables of suboptions are made from these; the flags' are written there).
+    pub doc: &'static str,
 }
 
 impl Row {
@@ -228,6 +231,7 @@ pub const fn row(
     acts: Acts,
     lines: &'static [Line],
     help: &'static [&'static str],
+    doc: &'static str,
 ) -> Row {
     Row {
         name,
@@ -235,6 +239,7 @@ pub const fn row(
         acts,
         lines,
         help,
+        doc,
     }
 }
 
@@ -245,8 +250,9 @@ pub const fn sub(
     acts: Acts,
     lines: &'static [Line],
     help: &'static [&'static str],
+    doc: &'static str,
 ) -> Row {
-    row(Name::Sub(name), parse, acts, lines, help)
+    row(Name::Sub(name), parse, acts, lines, help, doc)
 }
 
 /// The `stats settings` lines no option sets.
@@ -255,7 +261,8 @@ const FIXED_LINES: &[Line] = &[
     num("oldest", |_| 0),
 ];
 
-/// `stats settings`' lines in memcached 1.6.18's order, then ferrocache's own.
+/// `stats settings`' lines in memcached 1.6.18's order, then ferrocache's own (those
+/// of options added later may come after these, in the table's order).
 pub const SETTINGS_ORDER: &[&str] = &[
     "maxbytes",
     "maxconns",
@@ -345,16 +352,18 @@ pub const SETTINGS_ORDER: &[&str] = &[
     "zero_copy_min",
 ];
 
-/// The lines of `rows` and [`FIXED_LINES`], in [`SETTINGS_ORDER`].
+/// The lines of `rows` and [`FIXED_LINES`]: those [`SETTINGS_ORDER`] names, in its
+/// order, then any other in the rows' order (a new option of ferrocache's own needs no
+/// place there).
 pub fn settings_lines_of(
     rows: impl Iterator<Item = &'static Row> + Clone,
 ) -> impl Iterator<Item = &'static Line> {
-    SETTINGS_ORDER.iter().filter_map(move |name| {
-        rows.clone()
-            .flat_map(|r| r.lines.iter())
-            .chain(FIXED_LINES)
-            .find(|l| l.name == *name)
-    })
+    let all = move || rows.clone().flat_map(|r| r.lines.iter()).chain(FIXED_LINES);
+    let placed = SETTINGS_ORDER.iter().filter_map({
+        let all = all.clone();
+        move |name| all().find(|l| l.name == *name)
+    });
+    placed.chain(all().filter(|l| !SETTINGS_ORDER.contains(&l.name)))
 }
 
 /// `-h`'s column where an option's text starts.

@@ -471,17 +471,23 @@ fn help_text_is_laid_out_as_memcached_lays_it_out() {
 }
 
 #[test]
-fn settings_lines_are_each_in_memcached_order_once() {
+fn settings_lines_are_each_shown_once() {
     let mut defined: Vec<&str> = rows()
         .flat_map(|r| r.lines.iter())
         .map(|l| l.name)
         .collect();
     defined.push("oldest");
+    let shown: Vec<&str> = settings_lines().map(|l| l.name).collect();
+    assert_eq!(shown.len(), defined.len(), "{shown:?}");
     defined.sort_unstable();
-    let mut ordered = table::SETTINGS_ORDER.to_vec();
-    ordered.sort_unstable();
-    assert_eq!(defined, ordered, "lines defined against SETTINGS_ORDER");
-    assert_eq!(settings_lines().count(), table::SETTINGS_ORDER.len());
+    defined.dedup();
+    assert_eq!(
+        shown.len(),
+        defined.len(),
+        "a line defined twice: {shown:?}"
+    );
+    // Every name memcached's order gives is a line, so that order is the one shown.
+    assert_eq!(&shown[..table::SETTINGS_ORDER.len()], table::SETTINGS_ORDER);
 }
 
 const OPERATIONS: &str = include_str!("../../../../docs/operations.md");
@@ -530,13 +536,81 @@ fn row_named(name: &str) -> Option<&'static table::Row> {
     })
 }
 
+/// The markdown table of the suboptions of `rows`: one line for each of what the docs
+/// say of them (with "acted on" or "inert" first), where the first of them is.
+fn suboption_table(header: &str, rows: &[&[table::Row]]) -> String {
+    let mut said: Vec<(bool, &str, Vec<String>)> = Vec::new();
+    for row in rows.iter().flat_map(|r| r.iter()) {
+        let table::Name::Sub(name) = row.name else {
+            continue;
+        };
+        let inert = row.acts == table::Acts::Inert;
+        let name = format!("`{name}`");
+        match said
+            .iter_mut()
+            .find(|(i, doc, _)| *i == inert && *doc == row.doc)
+        {
+            Some((_, _, names)) => names.push(name),
+            None => said.push((inert, row.doc, vec![name])),
+        }
+    }
+    let mut out = format!("{header}\n|---|---|\n");
+    for (inert, doc, names) in said {
+        let status = if inert { "inert" } else { "acted on" };
+        out.push_str(&format!("| {} | {status}: {doc} |\n", names.join(", ")));
+    }
+    out
+}
+
+/// docs/operations.md's tables made from the rows: between `<!-- table: NAME ...-->`
+/// and `<!-- end of table -->`.
+#[test]
+fn docs_suboption_tables_are_made_from_the_rows() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/operations.md");
+    let mut docs = std::fs::read_to_string(path).unwrap();
+    let made = [
+        (
+            "suboptions",
+            suboption_table("| suboption | ferrocache |", &[extended::ROWS, tls::ROWS]),
+        ),
+        (
+            "ext",
+            suboption_table("| option | ferrocache |", &[extstore::ROWS]),
+        ),
+    ];
+    let write = std::env::var_os("FERROCACHE_WRITE_DOCS").is_some();
+    for (name, table) in made {
+        let start = docs
+            .find(&format!("<!-- table: {name} "))
+            .and_then(|at| docs[at..].find("-->\n").map(|end| at + end + 4))
+            .unwrap_or_else(|| panic!("no <!-- table: {name} --> in {path}"));
+        let end = start
+            + docs[start..]
+                .find("<!-- end of table -->")
+                .expect("its end");
+        if write {
+            docs.replace_range(start..end, &table);
+        } else {
+            assert_eq!(
+                docs[start..end],
+                table,
+                "docs/operations.md's table {name} is not the rows': \
+                 FERROCACHE_WRITE_DOCS=1 cargo test -p ferrocache-server --lib docs_ rewrites it"
+            );
+        }
+    }
+    if write {
+        std::fs::write(path, docs).unwrap();
+    }
+}
+
 #[test]
 fn docs_flags_tables_agree_with_the_table() {
     let tables = [
         "### memcached's options",
-        "### `-o` suboptions",
         "### ferrocache's own options",
-        "| option | effect here |",
+        "<!-- table: suboptions ",
+        "<!-- table: ext ",
     ];
     let mut documented: Vec<&table::Row> = Vec::new();
     for marker in tables {

@@ -13,6 +13,9 @@ use Acts::{Inert, On};
 pub const KEYFORMAT_PEM: i32 = 1;
 pub const KEYFORMAT_DER: i32 = 2;
 
+/// docs/operations.md's words for the TLS options ferrocache acts on.
+const TLS: &str = "\"TLS\" below";
+
 /// The TLS options, as the rows write them.
 fn tls(d: &mut Draft) -> &mut TlsOptions {
     &mut d.s.tls
@@ -33,6 +36,7 @@ pub const ROWS: &[Row] = &[
             v.s.tls.chain_cert.as_deref().unwrap_or("(null)").into()
         })],
         &["certificate chain file in PEM format"],
+        TLS,
     ),
     sub(
         "ssl_key",
@@ -42,6 +46,7 @@ pub const ROWS: &[Row] = &[
             v.s.tls.key.as_deref().unwrap_or("(null)").into()
         })],
         &["private key, if not part of the -ssl_chain_cert"],
+        TLS,
     ),
     sub(
         "ssl_keyformat",
@@ -49,6 +54,7 @@ pub const ROWS: &[Row] = &[
         On("tls.keyformat: how the key is read"),
         &[num("ssl_keyformat", |v| v.s.tls.keyformat.into())],
         &["private key format (PEM, DER or ENGINE) (default: PEM)"],
+        TLS,
     ),
     sub(
         "ssl_verify_mode",
@@ -71,6 +77,7 @@ pub const ROWS: &[Row] = &[
             "valid values are 0(None), 1(Request), 2(Require)",
             "or 3(Once)",
         ],
+        TLS,
     ),
     sub(
         "ssl_ciphers",
@@ -80,6 +87,7 @@ pub const ROWS: &[Row] = &[
             v.s.tls.ciphers.as_deref().unwrap_or("NULL").into()
         })],
         &["specify cipher list to be used"],
+        TLS,
     ),
     sub(
         "ssl_ca_cert",
@@ -89,6 +97,7 @@ pub const ROWS: &[Row] = &[
             v.s.tls.ca_cert.as_deref().unwrap_or("NULL").into()
         })],
         &["PEM format file of acceptable client CA's"],
+        TLS,
     ),
     sub(
         "ssl_wbuf_size",
@@ -103,6 +112,7 @@ pub const ROWS: &[Row] = &[
             "size in kilobytes of per-connection SSL output buffer",
             "(default: 16)",
         ],
+        "checked and shown: TLS records are sized by the replies (docs/protocol.md, \"TLS\")",
     ),
     sub(
         "ssl_session_cache",
@@ -113,6 +123,7 @@ pub const ROWS: &[Row] = &[
             "enable server-side SSL session cache, to support session",
             "resumption",
         ],
+        TLS,
     ),
     sub(
         "ssl_kernel_tls",
@@ -120,6 +131,7 @@ pub const ROWS: &[Row] = &[
         On("tls.kernel_tls: refused at start, as a build without it refuses"),
         &[yes_no("ssl_kernel_tls", |v| v.s.tls.kernel_tls)],
         &["enable kernel TLS offload"],
+        TLS,
     ),
     sub(
         "ssl_min_version",
@@ -138,6 +150,7 @@ pub const ROWS: &[Row] = &[
             "minimum protocol version to accept (default: tlsv1.2)",
             "valid values are 0(tlsv1.0), 1(tlsv1.1), 2(tlsv1.2), or 3(tlsv1.3).",
         ],
+        TLS,
     ),
 ];
 
