@@ -1,8 +1,10 @@
 //! The table of options: every memcached flag, every ferrocache long option and every
 //! `-o` suboption is one [`Row`], with its name, its parser (which checks the value with
 //! memcached's message and writes the typed setting), what it acts on, its `stats
-//! settings` lines and its `-h` lines. The command line goes through these rows once,
-//! into [`Settings`]; every reader takes the typed value from there.
+//! settings` lines, its `-h` lines, and for a suboption what docs/operations.md says of
+//! it (that page's tables of suboptions are made from the rows). The command line goes
+//! through these rows once, into [`Settings`]; every reader takes the typed value from
+//! there.
 //!
 //! The rows live beside the settings they write:
 //! - `options.rs`: memcached's flags, in the order of its `longopts` (glibc lists the
