@@ -2,32 +2,45 @@
 //! exit statuses.
 //!
 //! An operator's existing memcached command line must start ferrocache, and a line
-//! memcached refuses must be refused in the same words with the same status. Flags that
-//! configure memcached internals we do not have (hash power, slab rebalancing, extstore
-//! tuning) are accepted, echoed in `stats settings`, and have no effect;
-//! `docs/operations.md` lists every flag and what ferrocache does with it.
+//! memcached refuses must be refused in the same words with the same status. Every
+//! option is one row of the table (`table.rs`): the command line goes through the rows
+//! once, into the typed [`Settings`], and every reader takes its value from there.
+//! Options that configure memcached internals we do not have (hash power, slab
+//! rebalancing, the LRU's queues) are accepted, shown in `stats settings`, and have no
+//! effect; `docs/operations.md` lists every option and what ferrocache does with it
+//! (a test holds the two to agree).
 //!
+//! - `table.rs`: the row type, the `stats settings` order, and `-h`;
+//! - `options.rs`: the flags' rows (memcached's, then ferrocache's long ones), and `-i`;
+//! - `extended.rs`: the `-o` suboptions' rows, and the settings they alone write;
+//! - `extstore.rs`: the `ext_*` suboptions' rows (the flash tier);
+//! - `tls.rs`: `-Z` and the `ssl_*` suboptions;
+//! - `tunables.rs`: the settings the run-time tuning commands change;
+//! - `checks.rs`: the checks after the option loop, which take two options or more;
 //! - `getopt.rs`: glibc's option syntax and messages;
-//! - `extended.rs`: the `-o` suboptions;
-//! - `refusal.rs`: the exit statuses, and C's number readers;
-//! - `options.rs`: the option table, and `-h` (`usage.txt`) and `-i`;
-//! - `tls.rs`: `-Z` and the `ssl_*` suboptions.
+//! - `refusal.rs`: the exit statuses, and C's number readers.
 
+mod checks;
 mod extended;
+mod extstore;
 mod getopt;
 mod options;
 pub mod refusal;
+mod table;
 #[cfg(test)]
 mod tests;
 pub mod tls;
+mod tunables;
 
 use anyhow::Result;
 
-use extended::{parse_slab_sizes, Extended, SLAB_PAGE_SIZE};
+pub use extended::Extended;
 use getopt::Getopt;
-use options::{license, OPTIONS, USAGE};
 pub use refusal::{Refusal, EXIT_FAILURE, EX_NOUSER, EX_OSERR, EX_USAGE};
+pub use table::View;
+use table::{Arg, Line, Row};
 pub use tls::{ListenSpec, TlsOptions, VerifyMode};
+pub use tunables::Tunables;
 
 /// The version string `version` and `stats` report: memcached's protocol
 /// level first, so that clients which parse it for features keep working.
@@ -123,8 +136,7 @@ pub struct Settings {
     pub shutdown_enabled: bool,
     pub dump_enabled: bool,
     pub watch_enabled: bool,
-    pub chunk_size: u32,
-    pub growth_factor: String,
+    /// `-D`: the `stats detail` prefix delimiter ([`Settings::prefix_delimiter`]).
     pub delimiter: String,
     /// `-D` given: `stats detail` counts from the start, as `stats detail on`.
     pub detail_enabled: bool,
@@ -169,13 +181,16 @@ pub struct Settings {
     pub daemonize: bool,
     /// `-r`: raise the core file size limit.
     pub max_core: bool,
-    /// Every `-o` option as given, for `stats settings` (the `ssl_*` ones are in
-    /// `tls` instead).
-    pub extended: Vec<(String, String)>,
-    /// The flash tier, from `-o ext_path=...` and the other `ext_*` options.
-    pub flash: Option<storage::FlashConfig>,
-    /// The `ext_*` settings the `extstore` command changes, as given at start.
-    pub ext_tunables: storage::FlashTunables,
+    /// The `-o` settings that have no other home (`config/extended.rs`).
+    pub extended: Extended,
+    /// The start values of what the tuning commands change (the crawler keeps them
+    /// afterwards): the crawler's and LRU's `-o` options, and the flash tier's
+    /// run-time `ext_*` settings.
+    pub tunables: Tunables,
+    /// The flash tier's files (`ext_path`, none without), `ext_page_size` and
+    /// `ext_wbuf_size`; its run-time settings are `tunables.ext`, and
+    /// [`Settings::flash_tier`] puts the two together.
+    pub flash: storage::FlashConfig,
     /// `ext_threads`: the I/O threads that read flash values for text gets.
     pub ext_threads: usize,
     /// `-Z` and `-o ssl_*` (`config/tls.rs`).
@@ -186,6 +201,155 @@ pub struct Settings {
     /// what `stats items`, `stats slabs` and `cachedump` group items by
     /// (`storage::classes`).
     pub classes: storage::ClassConfig,
+}
+
+impl Default for Settings {
+    /// memcached 1.6.18's defaults (ferrocache's own for its options), before the
+    /// checks after the option loop fill in `listen`.
+    fn default() -> Settings {
+        Settings {
+            port: 11211,
+            udp_port: 0,
+            listen: Vec::new(),
+            unix_socket: None,
+            unix_mask: 0o700,
+            user: None,
+            memory_limit_bytes: 64 << 20,
+            evictions: true,
+            max_connections: 1024,
+            verbose: 0,
+            pidfile: None,
+            threads: 4,
+            reqs_per_event: 20,
+            cas_enabled: true,
+            backlog: 1024,
+            item_size_max_bytes: 1024 * 1024,
+            flush_enabled: true,
+            shutdown_enabled: false,
+            dump_enabled: true,
+            watch_enabled: true,
+            delimiter: ":".to_string(),
+            detail_enabled: false,
+            napi_ids: 0,
+            idle_timeout_secs: 0,
+            binding: Binding::Auto,
+            sasl_pwdb: None,
+            pin: false,
+            busy_poll_us: 0,
+            io_backend: IoBackend::Auto,
+            udp_gso: true,
+            latency_histograms: true,
+            metrics_listen: None,
+            zero_copy_min: None,
+            null_store: None,
+            hash_seed: None,
+            large_pages: false,
+            lock_memory: false,
+            auth_file: None,
+            daemonize: false,
+            max_core: false,
+            extended: Extended::default(),
+            tunables: Tunables::default(),
+            flash: storage::FlashConfig::new(Vec::new()),
+            ext_threads: 1,
+            tls: TlsOptions::default(),
+            memory_file: None,
+            classes: storage::ClassConfig::default(),
+        }
+    }
+}
+
+/// The settings while the option loop runs: [`Settings`], and what memcached keeps
+/// aside for the checks after the loop (raw values that are checked there, and which
+/// options were given).
+pub struct Draft {
+    s: Settings,
+    tcp_specified: bool,
+    udp_specified: bool,
+    protocol_specified: bool,
+    /// `-S` given.
+    sasl: bool,
+    /// `-l`, as memcached joins them.
+    inter: Option<String>,
+    /// `-I`, before its checks.
+    item_size_max: i64,
+    /// `-N`, before its check against `-t`.
+    napi_ids: i64,
+    /// `slab_chunk_max`, before its checks, and whether it was given.
+    chunk_max: i64,
+    chunk_max_changed: bool,
+    /// `slab_sizes`, parsed after the loop (against `-n` and `slab_chunk_max`).
+    slab_sizes: Option<String>,
+    /// `--null-store` and `--null-value-bytes`.
+    null_store: bool,
+    null_value_bytes: usize,
+    /// What `-h`, `-i` or `-V` prints.
+    print: Option<String>,
+}
+
+impl Draft {
+    /// memcached's defaults, with `FERROCACHE_IO_BACKEND` read for `--io-backend`.
+    fn new() -> Result<Draft, Refusal> {
+        let mut s = Settings::default();
+        if let Ok(v) = std::env::var("FERROCACHE_IO_BACKEND") {
+            s.io_backend = options::io_backend(&v, "FERROCACHE_IO_BACKEND=")?;
+        }
+        Ok(Draft {
+            item_size_max: s.item_size_max_bytes as i64,
+            napi_ids: i64::from(s.napi_ids),
+            chunk_max: i64::from(s.classes.chunk_max),
+            s,
+            tcp_specified: false,
+            udp_specified: false,
+            protocol_specified: false,
+            sasl: false,
+            inter: None,
+            chunk_max_changed: false,
+            slab_sizes: None,
+            null_store: false,
+            null_value_bytes: 20,
+            print: None,
+        })
+    }
+}
+
+/// The table of options: the flags' rows, in getopt's order, then the suboptions'.
+const TABLE: &[&[Row]] = &[
+    options::MEMCACHED,
+    options::FERROCACHE,
+    extended::ROWS,
+    extstore::ROWS,
+    tls::ROWS,
+];
+
+/// The suboptions' rows in `-h`'s order, each group after its heading there.
+const SUBOPTIONS: &[(&str, &[Row])] = &[
+    ("", extended::ROWS),
+    (extstore::HEADING, extstore::ROWS),
+    ("", tls::ROWS),
+];
+
+/// Every row of the table.
+fn rows() -> impl Iterator<Item = &'static Row> + Clone {
+    TABLE.iter().flat_map(|rows| rows.iter())
+}
+
+/// The row of the `-o` suboption `name`.
+fn suboption(name: &str) -> Option<&'static Row> {
+    SUBOPTIONS
+        .iter()
+        .flat_map(|(_, rows)| rows.iter())
+        .find(|r| matches!(r.name, table::Name::Sub(n) if n == name))
+}
+
+/// The `stats settings` lines, in memcached's order (`ops/stats.rs` prints them).
+pub fn settings_lines() -> impl Iterator<Item = &'static Line> {
+    table::settings_lines_of(rows())
+}
+
+/// What `-h` prints after the version line.
+fn usage() -> String {
+    table::usage_of(SUBOPTIONS, options::FERROCACHE)
 }
 
 /// A cas no item has: the store's counter starts at 1 and counts up by one per write.
@@ -308,402 +472,37 @@ impl Settings {
     /// memcached's `main()` up to its start-up: the option loop (`return 1` on a bad
     /// value, in the order given), then the checks after it (`EX_USAGE`), in its order.
     pub fn parse(prog: &str, args: &[String]) -> Result<Parsed, Refusal> {
-        let mut port: i32 = 11211;
-        let mut udp_port: i32 = 0;
-        let (mut tcp_specified, mut udp_specified) = (false, false);
-        let mut unix_socket = None;
-        let mut unix_mask = 0o700;
-        let mut inter: Option<String> = None;
-        let mut user = None;
-        let mut maxbytes: usize = 64 << 20;
-        let mut evictions = true;
-        let mut max_connections: usize = 1024;
-        let mut lock_memory = false;
-        let mut verbose: u32 = 0;
-        let mut pidfile = None;
-        let mut factor = 1.25f64;
-        let mut chunk_size: u32 = 48;
-        let mut large_pages = false;
-        let mut delimiter = ":".to_string();
-        let mut detail_enabled = false;
-        let mut threads: usize = 4;
-        let mut reqs_per_event: u32 = 20;
-        let mut cas_enabled = true;
-        let mut backlog: i32 = 1024;
-        let mut binding = Binding::Auto;
-        let mut protocol_specified = false;
-        let mut item_size_max: i64 = 1024 * 1024;
-        let mut auth_file = None;
-        let mut sasl = false;
-        let (mut flush, mut dump, mut watch, mut shutdown) = (true, true, true, false);
-        let (mut daemonize, mut max_core) = (false, false);
-        let mut memory_file = None;
-        let mut napi_ids: i64 = 0;
-        let mut ext = Extended::default();
-        let mut tls = TlsOptions::default();
-        let mut pin = false;
-        let mut busy_poll_us = 0;
-        let mut io_backend = match std::env::var("FERROCACHE_IO_BACKEND") {
-            Ok(v) => IoBackend::from_name(&v).ok_or_else(|| {
-                Refusal::usage(format!(
-                    "FERROCACHE_IO_BACKEND={v}: expected auto, uring or epoll"
-                ))
-            })?,
-            Err(_) => IoBackend::Auto,
-        };
-        let mut zero_copy_min = None;
-        let mut udp_gso = true;
-        let mut latency_histograms = true;
-        let mut metrics_listen = None;
-        let (mut null_store, mut null_value_bytes) = (false, 20usize);
-        let mut hash_seed = None;
-
-        let fail = |m: String| Err(Refusal::failure(m));
-        for found in Getopt::new(prog, OPTIONS, args) {
+        let mut d = Draft::new()?;
+        let specs = options::specs();
+        for found in Getopt::new(prog, &specs, args) {
             let (index, value) =
                 found.map_err(|m| Refusal::failure(format!("{m}\nIllegal argument \"?\"")))?;
-            let v = value.unwrap_or_default();
-            let spec = OPTIONS[index];
-            // ferrocache's own options, by name.
-            if spec.short.is_none() {
-                let name = spec.long.unwrap_or_default();
-                let number = |what: &str| {
-                    v.parse::<usize>().map_err(|_| {
-                        Refusal::usage(format!("--{name}: {what} expected, got {v:?}"))
-                    })
-                };
-                match name {
-                    "pin" => pin = true,
-                    "busy-poll-us" => {
-                        busy_poll_us = u32::try_from(number("microseconds")?)
-                            .map_err(|_| Refusal::usage("--busy-poll-us: too large"))?;
-                    }
-                    "io-backend" => {
-                        io_backend = IoBackend::from_name(&v).ok_or_else(|| {
-                            Refusal::usage(format!(
-                                "--io-backend {v}: expected auto, uring or epoll"
-                            ))
-                        })?;
-                    }
-                    "zero-copy-min" => zero_copy_min = Some(number("bytes")?),
-                    "udp-gso" => udp_gso = on_off(name, &v)?,
-                    "latency-histograms" => latency_histograms = on_off(name, &v)?,
-                    "metrics-listen" => {
-                        if v.rsplit_once(':')
-                            .is_none_or(|(_, p)| p.parse::<u16>().is_err())
-                        {
-                            return Err(Refusal::usage(format!(
-                                "--metrics-listen {v}: expected ADDRESS:PORT"
-                            )));
-                        }
-                        metrics_listen = Some(v);
-                    }
-                    "null-store" => null_store = true,
-                    "hash-seed" => {
-                        hash_seed = Some(v.parse::<u64>().map_err(|_| {
-                            Refusal::usage(format!("--hash-seed: a number expected, got {v:?}"))
-                        })?);
-                    }
-                    _ => null_value_bytes = number("bytes")?,
-                }
+            let Some(row) = options::flags().nth(index) else {
                 continue;
-            }
-            match spec.short.unwrap_or_default() {
-                'A' => shutdown = true,
-                'Z' => tls.enabled = true,
-                'a' => {
-                    let t = v.trim_start();
-                    let end = t.bytes().take_while(|b| (b'0'..=b'7').contains(b)).count();
-                    unix_mask = u32::from_str_radix(&t[..end], 8).unwrap_or(0);
-                }
-                'U' => {
-                    udp_port = refusal::atoi(&v) as i32;
-                    udp_specified = true;
-                }
-                'p' => {
-                    port = refusal::atoi(&v) as i32;
-                    tcp_specified = true;
-                }
-                's' => unix_socket = Some(v),
-                // `(size_t)atoi(optarg) * 1024 * 1024`: `-m 64m` is 64 MiB, `-m 1g` 1 MiB.
-                'm' => maxbytes = (refusal::atoi(&v) as u64).wrapping_mul(1 << 20) as usize,
-                'M' => evictions = false,
-                'c' => {
-                    let n = refusal::atoi(&v);
-                    if n <= 0 {
-                        return fail("Maximum connections must be greater than 0".into());
-                    }
-                    max_connections = n as usize;
-                }
-                'h' => return Ok(Parsed::Print(format!("ferrocache {VERSION}\n{USAGE}"))),
-                'i' => return Ok(Parsed::Print(license())),
-                'V' => return Ok(Parsed::Print(format!("ferrocache {VERSION}\n"))),
-                'k' => lock_memory = true,
-                'v' => verbose += 1,
-                'l' => match &mut inter {
-                    // memcached skips an address already in the list (by substring).
-                    Some(list) if list.contains(v.as_str()) => {}
-                    Some(list) => *list = format!("{list},{v}"),
-                    None => inter = Some(v),
+            };
+            let name = row.arg_name();
+            (row.parse)(
+                &mut d,
+                Arg {
+                    name,
+                    value: value.as_deref(),
                 },
-                'd' => daemonize = true,
-                'r' => max_core = true,
-                'R' => {
-                    let n = refusal::atoi(&v);
-                    if n == 0 {
-                        return fail("Number of requests per event must be greater than 0".into());
-                    }
-                    reqs_per_event = u32::try_from(n).unwrap_or(1);
-                }
-                'u' => user = Some(v),
-                'P' => pidfile = Some(v),
-                'e' => memory_file = Some(v),
-                'f' => {
-                    factor = refusal::atof(&v);
-                    if factor <= 1.0 {
-                        return fail("Factor must be greater than 1".into());
-                    }
-                }
-                'n' => {
-                    let n = refusal::atoi(&v);
-                    if n == 0 {
-                        return fail("Chunk size must be greater than 0".into());
-                    }
-                    chunk_size = u32::try_from(n).unwrap_or(1);
-                }
-                't' => {
-                    let n = refusal::atoi(&v);
-                    if n <= 0 {
-                        return fail("Number of threads must be greater than 0".into());
-                    }
-                    if n > 64 {
-                        eprintln!(
-                            "WARNING: Setting a high number of workerthreads is not recommended.\n Set this value to the number of cores in your machine or less."
-                        );
-                    }
-                    threads = n as usize;
-                }
-                'D' => {
-                    if v.is_empty() {
-                        return fail("No delimiter specified".into());
-                    }
-                    delimiter = v;
-                    detail_enabled = true;
-                }
-                'L' => large_pages = true,
-                'C' => cas_enabled = false,
-                'b' => backlog = refusal::atoi(&v) as i32,
-                'B' => {
-                    protocol_specified = true;
-                    binding = match v.as_str() {
-                        "auto" => Binding::Auto,
-                        "binary" => Binding::Binary,
-                        "ascii" => Binding::Ascii,
-                        _ => {
-                            return Err(Refusal::usage(format!(
-                                "Invalid value for binding protocol: {v}\n -- should be one of auto, binary, or ascii"
-                            )))
-                        }
-                    };
-                }
-                'I' => {
-                    // memcached: a k or m suffix multiplies an `int`, which wraps.
-                    let (digits, mult) = match v.chars().last() {
-                        Some('k' | 'K') => (&v[..v.len() - 1], 1024),
-                        Some('m' | 'M') => (&v[..v.len() - 1], 1024 * 1024),
-                        _ => (v.as_str(), 1),
-                    };
-                    item_size_max = i64::from((refusal::atoi(digits) as i32).wrapping_mul(mult));
-                }
-                'S' => sasl = true,
-                'F' => flush = false,
-                'X' => dump = false,
-                'W' => watch = false,
-                'Y' => auth_file = Some(v),
-                'N' => {
-                    napi_ids = refusal::atoi(&v);
-                    if napi_ids <= 0 {
-                        return fail("Maximum number of NAPI IDs must be greater than 0".into());
-                    }
-                }
-                _ => ext.apply(&v, &mut tls)?,
+            )?;
+            if let Some(text) = d.print.take() {
+                return Ok(Parsed::Print(text));
             }
         }
+        d.finish().map(|s| Parsed::Run(Box::new(s)))
+    }
 
-        // The checks after memcached's option loop, in its order.
-        let usage = |m: String| Err(Refusal::usage(m));
-        if napi_ids > threads as i64 {
-            return usage(format!(
-                "Number of napi_ids({napi_ids}) cannot be greater than number of threads({threads})"
-            ));
-        }
-        if item_size_max < 1024 {
-            return usage("Item max size cannot be less than 1024 bytes.".into());
-        }
-        if item_size_max as u64 > maxbytes as u64 / 2 {
-            return usage("Cannot set item size limit higher than 1/2 of memory max.".into());
-        }
-        if item_size_max > 1024 * 1024 * 1024 {
-            return usage("Cannot set item size limit higher than a gigabyte.".into());
-        }
-        if item_size_max > 1024 * 1024 && !ext.chunk_max_changed {
-            ext.chunk_max = SLAB_PAGE_SIZE / 2;
-        }
-        let chunk_max = ext.chunk_max;
-        if chunk_max > item_size_max {
-            return usage(format!(
-                "slab_chunk_max (bytes: {chunk_max}) cannot be larger than -I (item_size_max {item_size_max})"
-            ));
-        }
-        // memcached divides by it; a zero or negative one crashes it.
-        if chunk_max <= 0 {
-            return usage(format!(
-                "slab_chunk_max (bytes: {chunk_max}) must be positive"
-            ));
-        }
-        if item_size_max % chunk_max != 0 {
-            return usage(format!(
-                "-I (item_size_max: {item_size_max}) must be evenly divisible by slab_chunk_max (bytes: {chunk_max})"
-            ));
-        }
-        if SLAB_PAGE_SIZE % chunk_max != 0 {
-            return usage(format!(
-                "slab_chunk_max (bytes: {chunk_max}) must divide evenly into {SLAB_PAGE_SIZE} (slab_page_size)"
-            ));
-        }
-        let sizes = match &ext.slab_sizes {
-            Some(list) => {
-                Some(parse_slab_sizes(list, chunk_size, chunk_max as u32).map_err(Refusal::usage)?)
-            }
-            None => None,
-        };
-        if ext.hot_lru_pct + ext.warm_lru_pct > 80 {
-            return usage("hot_lru_pct + warm_lru_pct cannot be more than 80% combined".into());
-        }
-        if ext.temp_lru && !ext.lru_maintainer {
-            return usage("temporary_ttl requires lru_maintainer to be enabled".into());
-        }
-        let sasl_pwdb = if sasl {
-            if !protocol_specified {
-                binding = Binding::Binary;
-            } else if binding != Binding::Binary {
-                return usage(
-                    "ERROR: You cannot allow the ASCII protocol while using SASL.".into(),
-                );
-            }
-            if udp_port != 0 {
-                return usage(
-                    "ERROR: Cannot enable UDP while using binary SASL authentication.".into(),
-                );
-            }
-            Some(std::env::var("MEMCACHED_SASL_PWDB").map_err(|_| {
-                Refusal::new(
-                    EX_OSERR,
-                    "-S needs MEMCACHED_SASL_PWDB naming a file of user:password lines",
-                )
-            })?)
-        } else {
-            None
-        };
-        if auth_file.is_some() {
-            if !protocol_specified {
-                binding = Binding::Ascii;
-            } else if binding != Binding::Ascii {
-                return usage(
-                    "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens.".into(),
-                );
-            }
-        }
-        if udp_specified && udp_port != 0 && !tcp_specified {
-            port = udp_port;
-        }
-        if port > 65535 {
-            return usage(format!("ERROR: Invalid port number {port}."));
-        }
-        if port < -1 {
-            return Err(Refusal::new(
-                EX_OSERR,
-                format!("failed to listen on TCP port {port}"),
-            ));
-        }
-        if tls.enabled && port == 0 {
-            return usage("ERROR: You cannot enable SSL without a TCP port.".into());
-        }
-        // memcached checks this after dropping privileges; same words and status.
-        if auth_file.is_some() && udp_port != 0 {
-            return usage(
-                "Cannot use UDP with ascii authentication enabled (-U 0 to disable)".into(),
-            );
-        }
-        let listen: Vec<String> = inter
-            .as_deref()
-            .unwrap_or("127.0.0.1")
-            .split([',', ';'])
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect();
-        for entry in &listen {
-            ListenSpec::parse(entry, tls.enabled)
-                .map_err(|e| Refusal::new(EX_OSERR, format!("{e:#}")))?;
-        }
-        let chunk_max = chunk_max as u32;
-        Ok(Parsed::Run(Box::new(Settings {
-            tls,
-            port,
-            udp_port,
-            listen,
-            unix_socket,
-            unix_mask,
-            user,
-            memory_limit_bytes: maxbytes,
-            evictions,
-            max_connections,
-            verbose: verbose.min(MAX_VERBOSITY_LEVEL),
-            pidfile,
-            threads,
-            reqs_per_event,
-            cas_enabled,
-            backlog,
-            item_size_max_bytes: item_size_max as usize,
-            flush_enabled: flush,
-            shutdown_enabled: shutdown,
-            dump_enabled: dump,
-            watch_enabled: watch,
-            chunk_size,
-            growth_factor: format!("{factor:.2}"),
-            delimiter,
-            detail_enabled,
-            napi_ids: napi_ids as u32,
-            idle_timeout_secs: ext.idle_timeout,
-            binding,
-            sasl_pwdb,
-            pin,
-            busy_poll_us,
-            io_backend,
-            udp_gso,
-            latency_histograms,
-            metrics_listen,
-            zero_copy_min,
-            null_store: null_store.then(|| vec![b'x'; null_value_bytes]),
-            hash_seed,
-            large_pages,
-            lock_memory,
-            auth_file,
-            daemonize,
-            max_core,
-            flash: ext.flash_config(),
-            ext_tunables: ext.flash_tunables(),
-            ext_threads: ext.ext_threads(),
-            extended: ext.list,
-            memory_file,
-            classes: storage::ClassConfig {
-                factor,
-                chunk_size,
-                chunk_max,
-                sizes,
-            },
-        })))
+    /// The flash tier to build: its files and sizes, with the run-time settings as
+    /// given; `None` without `ext_path`.
+    #[must_use]
+    pub fn flash_tier(&self) -> Option<storage::FlashConfig> {
+        (!self.flash.files.is_empty()).then(|| storage::FlashConfig {
+            tunables: self.tunables.ext,
+            ..self.flash.clone()
+        })
     }
 
     /// memcached's start-up check of `-u` (after the option loop): as root, `-u` must name
@@ -742,36 +541,5 @@ fn bind_port(port: i32) -> Option<u16> {
         0 => None,
         -1 => Some(0),
         p => Some(p as u16),
-    }
-}
-
-/// The `-o` options that set the crawler's tunables (`admin/crawler.rs`); the rest of
-/// `-o` is handled here.
-pub const TUNABLE_OPTIONS: &[&str] = &[
-    "lru_crawler",
-    "no_lru_crawler",
-    "lru_crawler_sleep",
-    "lru_crawler_tocrawl",
-    "slab_reassign",
-    "no_slab_reassign",
-    "slab_automove",
-    "slab_automove_ratio",
-    "lru_maintainer",
-    "no_lru_maintainer",
-    "lru_segmented",
-    "no_lru_segmented",
-    "hot_lru_pct",
-    "warm_lru_pct",
-    "hot_max_factor",
-    "warm_max_factor",
-    "temporary_ttl",
-];
-
-/// A ferrocache option's `on` or `off`.
-fn on_off(name: &str, v: &str) -> Result<bool, Refusal> {
-    match v {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err(Refusal::usage(format!("--{name} {v}: expected on or off"))),
     }
 }

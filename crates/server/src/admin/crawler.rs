@@ -36,144 +36,9 @@ const CRAWL_STEP_POSITIONS: usize = 2048;
 /// 1 MiB pages: the highest that `slabs reassign` takes.
 pub const MEMCACHED_LARGEST_CLASS: i32 = 39;
 
-/// The tunable settings, as `stats settings` shows them.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Tunables {
-    pub lru_crawler: bool,
-    pub crawler_sleep_us: u32,
-    pub crawler_tocrawl: u32,
-    pub slab_reassign: bool,
-    pub slab_automove: u32,
-    pub slab_automove_ratio: f64,
-    pub lru_maintainer: bool,
-    pub lru_segmented: bool,
-    pub hot_lru_pct: u32,
-    pub warm_lru_pct: u32,
-    pub hot_max_factor: f64,
-    pub warm_max_factor: f64,
-    pub temp_lru: bool,
-    pub temporary_ttl: i32,
-    /// The flash tier's run-time settings (`-o ext_*`, `extstore <setting>`), kept with
-    /// or without a tier, as memcached keeps them; pushed to the tier when it changes.
-    pub ext: storage::FlashTunables,
-    pub ext_max_sleep: u32,
-}
-
-impl Default for Tunables {
-    /// memcached 1.6.18's defaults.
-    fn default() -> Self {
-        Tunables {
-            lru_crawler: true,
-            crawler_sleep_us: 100,
-            crawler_tocrawl: 0,
-            slab_reassign: true,
-            slab_automove: 1,
-            slab_automove_ratio: 0.8,
-            lru_maintainer: true,
-            lru_segmented: true,
-            hot_lru_pct: 20,
-            warm_lru_pct: 40,
-            hot_max_factor: 0.2,
-            warm_max_factor: 2.0,
-            temp_lru: false,
-            temporary_ttl: 61,
-            ext: storage::FlashTunables::default(),
-            ext_max_sleep: 1_000_000,
-        }
-    }
-}
-
-impl Tunables {
-    /// The settings after memcached's `-o` options `extended` (key, value), in order,
-    /// refused with memcached's messages where memcached refuses them.
-    pub fn from_options(extended: &[(String, String)]) -> Result<Tunables, String> {
-        let mut t = Tunables::default();
-        for (key, value) in extended {
-            let number = |why: &str| value.parse::<u32>().map_err(|_| why.to_string());
-            let at_most = |max: u32, why: &str| {
-                number(why).and_then(|n| {
-                    if n <= max {
-                        Ok(n)
-                    } else {
-                        Err(why.to_string())
-                    }
-                })
-            };
-            let float = |why: &str| value.parse::<f64>().map_err(|_| why.to_string());
-            match key.as_str() {
-                "lru_crawler" => t.lru_crawler = true,
-                "ext_max_sleep" => t.ext_max_sleep = number("ext_max_sleep")?,
-                "no_lru_crawler" => t.lru_crawler = false,
-                "lru_crawler_sleep" => {
-                    t.crawler_sleep_us = at_most(
-                        1_000_000,
-                        "LRU crawler sleep must be between 0 and 1 second",
-                    )?;
-                }
-                "lru_crawler_tocrawl" => {
-                    t.crawler_tocrawl = number("lru_crawler_tocrawl takes a numeric 32bit value")?;
-                }
-                "slab_reassign" => t.slab_reassign = true,
-                "no_slab_reassign" => t.slab_reassign = false,
-                "slab_automove" => {
-                    t.slab_automove = at_most(2, "slab_automove must be between 0 and 2")?;
-                }
-                "slab_automove_ratio" => {
-                    const WHY: &str = "slab_automove_ratio must be > 0 and < 1";
-                    t.slab_automove_ratio = float(WHY)?;
-                    if !(t.slab_automove_ratio > 0.0 && t.slab_automove_ratio < 1.0) {
-                        return Err(WHY.into());
-                    }
-                }
-                // As in memcached, the maintainer option also turns segmentation on or off.
-                "lru_maintainer" | "no_lru_maintainer" => {
-                    t.lru_maintainer = key == "lru_maintainer";
-                    t.lru_segmented = t.lru_maintainer;
-                }
-                "lru_segmented" => t.lru_segmented = true,
-                "no_lru_segmented" => t.lru_segmented = false,
-                "hot_lru_pct" | "warm_lru_pct" => {
-                    let why = format!("{key} must be > 1 and < 80");
-                    let pct = number(&why)?;
-                    if !(1..80).contains(&pct) {
-                        return Err(why);
-                    }
-                    if key == "hot_lru_pct" {
-                        t.hot_lru_pct = pct;
-                    } else {
-                        t.warm_lru_pct = pct;
-                    }
-                }
-                "hot_max_factor" | "warm_max_factor" => {
-                    let why = format!("{key} must be > 0");
-                    let factor = float(&why)?;
-                    if factor.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
-                        return Err(why);
-                    }
-                    if key == "hot_max_factor" {
-                        t.hot_max_factor = factor;
-                    } else {
-                        t.warm_max_factor = factor;
-                    }
-                }
-                "temporary_ttl" => {
-                    t.temp_lru = true;
-                    t.temporary_ttl = value
-                        .parse()
-                        .map_err(|_| "temporary_ttl takes a numeric value".to_string())?;
-                }
-                _ => {}
-            }
-        }
-        if t.hot_lru_pct + t.warm_lru_pct > 80 {
-            return Err("hot_lru_pct + warm_lru_pct cannot be more than 80% combined".into());
-        }
-        if t.temp_lru && !t.lru_maintainer {
-            return Err("temporary_ttl requires lru_maintainer to be enabled".into());
-        }
-        Ok(t)
-    }
-}
+/// The tunable settings, as `stats settings` shows them; their start values are the
+/// `-o` options' (`config/tunables.rs`).
+pub use crate::config::Tunables;
 
 /// Crawler state shared by the workers, the maintenance thread and the crawler thread.
 #[derive(Default)]
@@ -316,11 +181,10 @@ impl Crawler {
                 hot_factor,
                 warm_factor,
             } => {
-                // memcached adds the two as uint32_t.
-                if hot_pct.wrapping_add(warm_pct) > 80 {
+                if !Tunables::lru_pcts_fit(hot_pct, warm_pct) {
                     return b"ERROR hot and warm pcts must not exceed 80\r\n";
                 }
-                if warm_factor <= 0.0 || hot_factor <= 0.0 {
+                if !Tunables::age_factor_ok(warm_factor) || !Tunables::age_factor_ok(hot_factor) {
                     return b"ERROR hot/warm age factors must be greater than 0\r\n";
                 }
                 t.hot_lru_pct = hot_pct;
@@ -429,45 +293,6 @@ fn crawl_once(crawler: &Crawler, store: &Store, clock: &Clock, stop: &AtomicBool
 mod tests {
     use super::*;
     use protocol::text::DumpClasses;
-
-    #[test]
-    fn options_set_the_tunables() {
-        let opts: Vec<(String, String)> = [
-            ("no_lru_crawler", ""),
-            ("lru_crawler_sleep", "50"),
-            ("lru_crawler_tocrawl", "7"),
-            ("slab_automove", "2"),
-            ("temporary_ttl", "30"),
-            ("hot_lru_pct", "30"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let t = Tunables::from_options(&opts).unwrap();
-        assert!(!t.lru_crawler);
-        assert_eq!((t.crawler_sleep_us, t.crawler_tocrawl), (50, 7));
-        assert_eq!(t.slab_automove, 2);
-        assert!(t.temp_lru && t.temporary_ttl == 30 && t.hot_lru_pct == 30);
-        let refused = |opts: &[(&str, &str)]| {
-            let opts: Vec<(String, String)> = opts
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            Tunables::from_options(&opts).unwrap_err()
-        };
-        assert_eq!(
-            refused(&[("lru_crawler_sleep", "1000001")]),
-            "LRU crawler sleep must be between 0 and 1 second"
-        );
-        assert_eq!(
-            refused(&[("no_lru_maintainer", ""), ("temporary_ttl", "7")]),
-            "temporary_ttl requires lru_maintainer to be enabled"
-        );
-        assert_eq!(
-            refused(&[("hot_lru_pct", "50"), ("warm_lru_pct", "40")]),
-            "hot_lru_pct + warm_lru_pct cannot be more than 80% combined"
-        );
-    }
 
     #[test]
     fn enable_disable_and_crawl_follow_memcached() {

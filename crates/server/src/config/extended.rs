@@ -1,422 +1,522 @@
-//! `-o`: memcached 1.6.18's suboptions (its `getsubopt` switch in `main()` and extstore's
-//! `storage_read_config`), with its checks, messages and `return 1`.
+//! `-o`: memcached 1.6.18's own suboptions (its `getsubopt` switch in `main()`), one row
+//! each, with its checks, messages and `return 1`, in the order `-h` lists them; and the
+//! settings they write that have no other home ([`Extended`]).
 //!
-//! Every suboption memcached's Debian build accepts is accepted here. Those ferrocache acts
-//! on: `idle_timeout`, the `ssl_*` ones (`tls.rs`), the crawler and LRU tunables
-//! (`admin/crawler.rs`), and the slab sizing ones, which shape the slab classes that
-//! `stats slabs` and `stats items` report (`storage::classes`). The rest tune memcached
-//! internals that ferrocache does not have; they are kept for `stats settings` and change
-//! nothing. The `ext_*` ones configure the flash tier (`storage::flash`), as extstore's
-//! parser reads them: see [`Extended::flash_config`].
+//! Every suboption memcached's Debian build accepts is accepted. Those ferrocache acts
+//! on: `idle_timeout`, the crawler's (`lru_crawler`, its sleep and limit), the `watch`
+//! buffers (`worker_logbuf_size`, `watcher_logbuf_size`), `track_sizes`, and the slab
+//! sizing ones, which shape the slab classes that `stats slabs` and `stats items`
+//! report (`storage::classes`). The rest tune memcached internals that ferrocache does
+//! not have: they are checked, kept for `stats settings` ([`Tunables`], [`Extended`])
+//! and change nothing. The `ext_*` rows are in `extstore.rs`, the `ssl_*` ones in
+//! `tls.rs`.
 
-use super::refusal::{atof, atoi, safe_strtod, safe_strtol, safe_strtoul, Refusal};
-use super::TlsOptions;
+use super::refusal::{atof, atoi, safe_strtol, safe_strtoul, Refusal};
+use super::table::{fail, fixed, num, set, sub, text, yes_no, Acts, Arg, Line, Row};
+use super::{suboption, Draft, Tunables};
+
+use Acts::{Inert, On};
 
 /// memcached's `slab_page_size`: 1 MiB.
 pub const SLAB_PAGE_SIZE: i64 = 1024 * 1024;
 
-/// What the `-o` options decided, for the checks after the option loop.
-#[derive(Debug, Clone)]
+/// The `-o` settings kept nowhere else, with memcached's defaults.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Extended {
-    /// Every option as given, for `stats settings` (values normalised to what memcached
-    /// reads, so that `slab_automove` alone is `1`).
-    pub list: Vec<(String, String)>,
-    pub idle_timeout: u32,
-    /// `slab_sizes`, still unparsed (memcached parses it after the loop).
-    pub slab_sizes: Option<String>,
-    /// `slab_chunk_size_max`: half a page unless set.
-    pub chunk_max: i64,
-    pub chunk_max_changed: bool,
-    pub hot_lru_pct: i64,
-    pub warm_lru_pct: i64,
-    pub temp_lru: bool,
-    pub lru_maintainer: bool,
-    /// Each `ext_path`: the file and its size in bytes.
-    pub ext_paths: Vec<(std::path::PathBuf, u64)>,
+    /// `maxconns_fast`: shown, and `stats` prints `rejected_connections` only with it,
+    /// as memcached; connections past `-c` are refused either way.
+    pub maxconns_fast: bool,
+    /// `hashpower`, `slab_automove_window`, `tail_repair_time`, `hash_algorithm`,
+    /// `read_buf_mem_limit` (MiB), `slab_automove_freeratio`: shown only.
+    pub hashpower_init: u32,
+    pub slab_automove_window: u32,
+    pub tail_repair_time: u32,
+    pub hash_algorithm: &'static str,
+    pub read_buf_mem_limit_mib: u32,
+    pub slab_automove_freeratio: f64,
+    /// `worker_logbuf_size`: each worker's `watch` queue, bytes (`admin/watch`).
+    pub worker_logbuf_bytes: usize,
+    /// `watcher_logbuf_size`: each watcher's `watch` buffer, bytes (`admin/watch`).
+    pub watcher_logbuf_bytes: usize,
+    /// `track_sizes`: `stats sizes` reports from the start (`ops/slabs.rs`).
+    pub track_sizes: bool,
 }
 
 impl Default for Extended {
     fn default() -> Extended {
         Extended {
-            list: Vec::new(),
-            idle_timeout: 0,
-            slab_sizes: None,
-            chunk_max: SLAB_PAGE_SIZE / 2,
-            chunk_max_changed: false,
-            hot_lru_pct: 20,
-            warm_lru_pct: 40,
-            temp_lru: false,
-            lru_maintainer: true,
-            ext_paths: Vec::new(),
+            maxconns_fast: true,
+            hashpower_init: 0,
+            slab_automove_window: 30,
+            tail_repair_time: 0,
+            hash_algorithm: "murmur3",
+            read_buf_mem_limit_mib: 0,
+            slab_automove_freeratio: 0.01,
+            worker_logbuf_bytes: 64 * 1024,
+            watcher_logbuf_bytes: 256 * 1024,
+            track_sizes: false,
         }
     }
 }
 
-/// The `ext_*` options that take a 32-bit number, and `slab_automove_freeratio` and
-/// `ext_max_frag`, which take a float: accepted as extstore's parser accepts them.
-const EXT_NUMBERS: &[&str] = &[
-    "ext_page_size",
-    "ext_wbuf_size",
-    "ext_threads",
-    "ext_io_depth",
-    "ext_item_size",
-    "ext_item_age",
-    "ext_low_ttl",
-    "ext_recache_rate",
-    "ext_compact_under",
-    "ext_drop_under",
-    "ext_max_sleep",
-];
-
-/// Options that take no value and are inert here.
-const INERT_FLAGS: &[&str] = &[
-    "maxconns_fast",
-    "no_maxconns_fast",
-    "no_hashexpand",
-    "track_sizes",
-    "no_inline_ascii_resp",
-    "inline_ascii_resp",
-    "modern",
-    "no_drop_privileges",
-    "drop_privileges",
-    "ext_drop_unread",
-    // memcached-debug's: its tests pass it always; ferrocache has no sandbox to relax.
-    "relaxed_privileges",
-];
-
-impl Extended {
-    /// Apply one `-o` argument (comma-separated suboptions), in order.
-    pub fn apply(&mut self, arg: &str, tls: &mut TlsOptions) -> Result<(), Refusal> {
-        for token in arg.split(',').filter(|t| !t.is_empty()) {
-            self.apply_one(token, tls)?;
-        }
-        Ok(())
-    }
-
-    fn apply_one(&mut self, token: &str, tls: &mut TlsOptions) -> Result<(), Refusal> {
-        let (key, value) = match token.split_once('=') {
+/// Apply one `-o` argument: comma-separated suboptions, in order.
+pub fn apply(d: &mut Draft, arg: &str) -> Result<(), Refusal> {
+    for token in arg.split(',').filter(|t| !t.is_empty()) {
+        let (name, value) = match token.split_once('=') {
             Some((k, v)) => (k, Some(v)),
             None => (token, None),
         };
-        let fail = |m: String| Err(Refusal::failure(m));
-        if tls
-            .set(key, value)
-            .map_err(|e| Refusal::failure(format!("{e}")))?
-        {
-            return Ok(());
-        }
-        // `Missing <what>` when there is no `=value`.
-        let need = |what: &str| value.ok_or_else(|| Refusal::failure(format!("Missing {what}")));
-        let shown: String = match key {
-            "hashpower" => {
-                let n = atoi(need("numeric argument for hashpower")?);
-                if n < 12 {
-                    return fail(format!("Initial hashtable multiplier of {n} is too low"));
-                }
-                if n > 32 {
-                    return fail(format!(
-                        "Initial hashtable multiplier of {n} is too high\nChoose a value based on \"STAT hash_power_level\" from a running instance"
-                    ));
-                }
-                n.to_string()
-            }
-            "slab_reassign" | "no_slab_reassign" | "lru_crawler" | "no_lru_crawler" => {
-                String::new()
-            }
-            "slab_automove" => {
-                let n = value.map_or(1, atoi);
-                if !(0..=2).contains(&n) {
-                    return fail("slab_automove must be between 0 and 2".into());
-                }
-                n.to_string()
-            }
-            "no_slab_automove" => {
-                self.list.push(("slab_automove".into(), "0".into()));
-                String::new()
-            }
-            "slab_automove_ratio" => {
-                let r = atof(need("slab_automove_ratio argument")?);
-                if r <= 0.0 || r > 1.0 {
-                    return fail("slab_automove_ratio must be > 0 and < 1".into());
-                }
-                // memcached's check lets 1 through (its message says < 1); the crawler's
-                // tunables (`admin/crawler.rs`) hold it to < 1. The ratio is inert here,
-                // so 1 is kept as just under it, which `stats settings` shows as 1.00.
-                r.min(0.999_999).to_string()
-            }
-            "slab_automove_window" => {
-                let n = atoi(need("slab_automove_window argument")?);
-                if n < 3 {
-                    return fail("slab_automove_window must be > 2".into());
-                }
-                n.to_string()
-            }
-            "tail_repair_time" => {
-                let n = atoi(need("numeric argument for tail_repair_time")?);
-                if n < 10 {
-                    return fail("Cannot set tail_repair_time to less than 10 seconds".into());
-                }
-                n.to_string()
-            }
-            "hash_algorithm" => {
-                let v = need("hash_algorithm argument")?;
-                if !["jenkins", "murmur3", "xxh3"].contains(&v) {
-                    return fail("Unknown hash_algorithm option (jenkins, murmur3, xxh3)".into());
-                }
-                v.to_string()
-            }
-            "lru_crawler_sleep" => {
-                let n = atoi(need("lru_crawler_sleep value")?);
-                if !(0..=1_000_000).contains(&n) {
-                    return fail("LRU crawler sleep must be between 0 and 1 second".into());
-                }
-                n.to_string()
-            }
-            "lru_crawler_tocrawl" => match safe_strtoul(need("lru_crawler_tocrawl value")?) {
-                Some(n) => n.to_string(),
-                None => return fail("lru_crawler_tocrawl takes a numeric 32bit value".into()),
-            },
-            "lru_maintainer" => {
-                self.lru_maintainer = true;
-                String::new()
-            }
-            "no_lru_maintainer" => {
-                self.lru_maintainer = false;
-                String::new()
-            }
-            "hot_lru_pct" | "warm_lru_pct" => {
-                let n = atoi(need(&format!("{key} argument"))?);
-                if !(1..80).contains(&n) {
-                    return fail(format!("{key} must be > 1 and < 80"));
-                }
-                if key == "hot_lru_pct" {
-                    self.hot_lru_pct = n;
-                } else {
-                    self.warm_lru_pct = n;
-                }
-                n.to_string()
-            }
-            "hot_max_factor" | "warm_max_factor" => {
-                let f = atof(need(&format!("{key} argument"))?);
-                if f <= 0.0 {
-                    return fail(format!("{key} must be > 0"));
-                }
-                f.to_string()
-            }
-            "temporary_ttl" => {
-                self.temp_lru = true;
-                atoi(need("temporary_ttl argument")?).max(0).to_string()
-            }
-            "idle_timeout" => {
-                let n = atoi(need("numeric argument for idle_timeout")?);
-                self.idle_timeout = u32::try_from(n).unwrap_or(0);
-                n.to_string()
-            }
-            "watcher_logbuf_size" | "worker_logbuf_size" | "read_buf_mem_limit" => {
-                let v = need(&format!("{key} argument"))?;
-                if safe_strtoul(v).is_none() {
-                    return fail(format!("could not parse argument to {key}"));
-                }
-                // memcached 1.6.18 falls through from worker_logbuf_size into slab_sizes.
-                if key == "worker_logbuf_size" {
-                    self.slab_sizes = Some(v.to_string());
-                }
-                v.to_string()
-            }
-            "slab_sizes" => {
-                // memcached crashes on a missing value (strdup(NULL)); refuse instead.
-                let v = need("slab_sizes argument")?;
-                self.slab_sizes = Some(v.to_string());
-                v.to_string()
-            }
-            "slab_chunk_max" => {
-                // memcached prints these and goes on (then crashes on a zero divisor);
-                // ferrocache refuses.
-                let v = need("slab_chunk_max argument")?;
-                match safe_strtol(v) {
-                    Some(n) => self.chunk_max = i64::from(n),
-                    None => return fail("could not parse argument to slab_chunk_max".into()),
-                }
-                self.chunk_max_changed = true;
-                v.to_string()
-            }
-            "no_chunked_items" => {
-                self.chunk_max = SLAB_PAGE_SIZE;
-                String::new()
-            }
-            "no_modern" => {
-                if !self.chunk_max_changed {
-                    self.chunk_max = SLAB_PAGE_SIZE;
-                }
-                self.lru_maintainer = false;
-                for k in ["no_slab_reassign", "no_lru_crawler", "no_lru_maintainer"] {
-                    self.list.push((k.into(), String::new()));
-                }
-                self.list.push(("slab_automove".into(), "0".into()));
-                String::new()
-            }
-            "resp_obj_mem_limit" => {
-                eprintln!("DEPRECATED: resp_obj_mem_limit no longer used. See read_buf_mem_limit,");
-                value.unwrap_or("").to_string()
-            }
-            "sock_cookie_id" => safe_strtoul(value.unwrap_or("")).unwrap_or(0).to_string(),
-            "ext_path" => {
-                let Some(v) = value.filter(|v| !v.is_empty()) else {
-                    return fail("missing argument to ext_path, ie: ext_path=/d/file:5G".into());
-                };
-                match parse_ext_path(v) {
-                    Ok(file) => self.ext_paths.push(file),
-                    Err(why) => return fail(format!("{why}\nfailed to parse ext_path argument")),
-                }
-                v.to_string()
-            }
-            "ext_max_frag" | "slab_automove_freeratio" => {
-                let v = need(&format!("{key} argument"))?;
-                if safe_strtod(v).is_none() {
-                    return fail(format!("could not parse argument to {key}"));
-                }
-                v.to_string()
-            }
-            k if EXT_NUMBERS.contains(&k) => {
-                let v = need(&format!("{key} argument"))?;
-                if safe_strtoul(v).is_none() {
-                    return fail(format!("could not parse argument to {key}"));
-                }
-                v.to_string()
-            }
-            k if INERT_FLAGS.contains(&k) => value.unwrap_or("").to_string(),
-            // glibc's getsubopt hands back the whole token when no name matches.
-            _ => return fail(format!("Illegal suboption \"{token}\"")),
+        // glibc's getsubopt hands back the whole token when no name matches.
+        let Some(row) = suboption(name) else {
+            return fail(format!("Illegal suboption \"{token}\""));
         };
-        self.list.push((key.to_string(), shown));
-        Ok(())
+        let name = row.arg_name();
+        (row.parse)(d, Arg { name, value })?;
     }
+    Ok(())
 }
 
-/// extstore's `storage_conf_parse`: `path:SIZE[:bucket]`, the size a number with a unit
-/// letter M, G, T or P (case-insensitive). The bucket (`compact`, `lowttl`) is accepted
-/// and has no effect: pages here are not split into buckets.
-fn parse_ext_path(arg: &str) -> Result<(std::path::PathBuf, u64), String> {
-    let mut parts = arg.splitn(3, ':');
-    let path = parts
-        .next()
-        .filter(|p| !p.is_empty())
-        .ok_or("missing ext_path file")?;
-    let size = parts
-        .next()
-        .filter(|s| !s.is_empty())
-        .ok_or("must supply size to ext_path, ie: ext_path=/f/e:64m (M|G|T|P supported)")?;
-    let (number, unit) = size.split_at(size.len() - 1);
-    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
-        "m" => 1 << 20,
-        "g" => 1 << 30,
-        "t" => 1 << 40,
-        "p" => 1 << 50,
-        _ => 0,
-    };
-    let base = u64::try_from(atoi(number)).unwrap_or(0);
-    let bytes = base.saturating_mul(multiplier);
-    if bytes == 0 {
-        return Err(format!("ext_path {path}: size {size} holds no page"));
-    }
-    Ok((std::path::PathBuf::from(path), bytes))
+/// The crawler's and the LRU's tunables, as the rows below write them.
+fn tunables(d: &mut Draft) -> &mut Tunables {
+    &mut d.s.tunables
 }
 
-impl Extended {
-    /// The flash tier the `ext_*` options describe, or `None` without `ext_path`.
-    /// Sizes are in megabytes as memcached reads them; the other tunables default as
-    /// memcached's do. `ext_threads`, `ext_io_depth` and `ext_max_sleep` are accepted
-    /// and shown but change nothing: reads run on the worker that asked (see
-    /// docs/operations.md, "A flash tier"), and compaction runs on the maintenance
-    /// thread once a second.
-    pub fn flash_config(&self) -> Option<storage::FlashConfig> {
-        if self.ext_paths.is_empty() {
-            return None;
-        }
-        let mut cfg = storage::FlashConfig::new(self.ext_paths.clone());
-        cfg.page_size = self.ext_number("ext_page_size", 64) << 20;
-        cfg.wbuf_size = (self.ext_number("ext_wbuf_size", 4) << 20) as usize;
-        cfg.tunables = self.flash_tunables();
-        Some(cfg)
-    }
-
-    /// `ext_threads`: the flash tier's I/O threads (memcached's default, 1).
-    pub fn ext_threads(&self) -> usize {
-        self.ext_number("ext_threads", 1).max(1) as usize
-    }
-
-    /// An `ext_*` option's value as given, the last one winning.
-    fn ext_value(&self, k: &str) -> Option<&str> {
-        self.list
-            .iter()
-            .rev()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// An `ext_*` number as given, or its default.
-    fn ext_number(&self, k: &str, default: u64) -> u64 {
-        self.ext_value(k)
-            .and_then(safe_strtoul)
-            .map_or(default, u64::from)
-    }
-
-    /// The run-time `ext_*` settings as given (with or without `ext_path`: memcached
-    /// shows and changes them either way).
-    pub fn flash_tunables(&self) -> storage::FlashTunables {
-        let num = |k: &str, d: u64| self.ext_number(k, d) as u32;
-        storage::FlashTunables {
-            item_size: num("ext_item_size", 512),
-            item_age: num("ext_item_age", u64::from(u32::MAX)),
-            low_ttl: num("ext_low_ttl", 0),
-            recache_rate: num("ext_recache_rate", 2000),
-            compact_under: num("ext_compact_under", 0),
-            drop_under: num("ext_drop_under", 0),
-            max_frag: self
-                .ext_value("ext_max_frag")
-                .and_then(safe_strtod)
-                .unwrap_or(0.8),
-            drop_unread: self.ext_value("ext_drop_unread").is_some(),
-        }
-    }
+/// The rows' own settings.
+fn ext(d: &mut Draft) -> &mut Extended {
+    &mut d.s.extended
 }
 
-/// memcached's `_parse_slab_sizes`: `-`-separated chunk sizes, each in range and growing
-/// by more than the 8-byte alignment.
-pub fn parse_slab_sizes(list: &str, chunk_size: u32, chunk_max: u32) -> Result<Vec<u32>, String> {
-    const CHUNK_ALIGN_BYTES: u32 = 8;
-    const MAX_NUMBER_OF_SLAB_CLASSES: usize = 64;
-    let mut sizes = Vec::new();
-    let mut last = 0u32;
-    for part in list.split('-').filter(|p| !p.is_empty()) {
-        let size = safe_strtoul(part);
-        let size = match size {
-            Some(s) if s >= chunk_size && s <= chunk_max => s,
-            _ => {
-                return Err(format!(
-                    "slab size {} is out of valid range",
-                    size.unwrap_or(0)
-                ))
+/// memcached's number of kilobytes (`safe_strtoul`) as bytes.
+fn kib(a: Arg<'_>) -> Result<usize, Refusal> {
+    Ok((a.strtoul()? as usize).saturating_mul(1024))
+}
+
+/// A suboption that takes no value and is inert here.
+const fn inert(
+    name: &'static str,
+    lines: &'static [Line],
+    help: &'static [&'static str],
+    doc: &'static str,
+) -> Row {
+    sub(name, |_, _| Ok(()), Inert, lines, help, doc)
+}
+
+/// docs/operations.md's words for the suboptions of memcached internals.
+const INTERNAL: &str = "checked and shown in `stats settings` as memcached shows them; \
+    they tune memcached internals ferrocache does not have";
+/// ... for the slab mover's and the LRU's tunables.
+const LRU: &str = "checked and shown in `stats settings` as memcached shows them, and \
+    changed by `slabs automove`, `lru tune`, `lru mode` and `lru temp_ttl` as there: \
+    segments have no slab classes and eviction has no hot/warm/cold queues";
+/// ... for the crawler's.
+const SWEEP: &str = "the expired-item sweep (below)";
+/// ... for the slab classes'.
+const CLASSES: &str = "checked as memcached checks them (against `-I` and the 1 MiB \
+    slab page); they shape the slab classes `stats slabs`/`stats items` report, and \
+    change no allocation. `worker_logbuf_size` also sets `slab_sizes`, as in memcached \
+    1.6.18 (a fall-through in its switch)";
+/// ... for the `watch` buffers.
+const WATCH: &str = "KiB of each watcher's buffer and of each worker's queue of `watch` \
+    events, as memcached's (docs/protocol.md, \"Log streams: `watch`\")";
+/// ... for `maxconns_fast`.
+const MAXCONNS: &str = "connections past `-c` get `ERROR Too many open connections` \
+    either way; as in memcached, `stats` shows `rejected_connections` only with \
+    `maxconns_fast` (the default)";
+
+/// memcached's suboptions.
+pub const ROWS: &[Row] = &[
+    sub(
+        "maxconns_fast",
+        |d, _| set(&mut ext(d).maxconns_fast, true),
+        Inert,
+        &[yes_no("maxconns_fast", |v| v.s.extended.maxconns_fast)],
+        &["immediately close new connections after limit (default: enabled)"], MAXCONNS,),
+    sub(
+        "no_maxconns_fast",
+        |d, _| set(&mut ext(d).maxconns_fast, false),
+        Inert,
+        &[],
+        &[], MAXCONNS,),
+    sub(
+        "hashpower",
+        |d, a| {
+            let n = atoi(a.need("numeric argument for hashpower")?);
+            if n < 12 {
+                return fail(format!("Initial hashtable multiplier of {n} is too low"));
             }
-        };
-        if last >= size {
-            return Err(format!(
-                "slab size {size} cannot be lower than or equal to a previous class size"
-            ));
-        }
-        if size <= last + CHUNK_ALIGN_BYTES {
-            return Err(format!(
-                "slab size {size} must be at least {CHUNK_ALIGN_BYTES} bytes larger than previous class"
-            ));
-        }
-        sizes.push(size);
-        last = size;
-        if sizes.len() >= MAX_NUMBER_OF_SLAB_CLASSES - 1 {
-            return Err("too many slab classes specified".into());
-        }
+            if n > 32 {
+                return fail(format!(
+                    "Initial hashtable multiplier of {n} is too high\nChoose a value based on \"STAT hash_power_level\" from a running instance"
+                ));
+            }
+            set(&mut ext(d).hashpower_init, n as u32)
+        },
+        Inert,
+        &[num("hashpower_init", |v| {
+            v.s.extended.hashpower_init.into()
+        })],
+        &[
+            "an integer multiplier for how large the hash",
+            "table should be. normally grows at runtime. (default starts at: 0)",
+            "set based on \"STAT hash_power_level\"",
+        ], INTERNAL,),
+    sub(
+        "tail_repair_time",
+        |d, a| {
+            let n = atoi(a.need("numeric argument for tail_repair_time")?);
+            if n < 10 {
+                return fail("Cannot set tail_repair_time to less than 10 seconds");
+            }
+            set(&mut ext(d).tail_repair_time, n as u32)
+        },
+        Inert,
+        &[num("tail_repair_time", |v| {
+            v.s.extended.tail_repair_time.into()
+        })],
+        &[
+            "time in seconds for how long to wait before",
+            "forcefully killing LRU tail item.",
+            "disabled by default; very dangerous option.",
+        ], INTERNAL,),
+    sub(
+        "hash_algorithm",
+        |d, a| {
+            let v = a.need("hash_algorithm argument")?;
+            let Some(name) = ["jenkins", "murmur3", "xxh3"].into_iter().find(|n| *n == v) else {
+                return fail("Unknown hash_algorithm option (jenkins, murmur3, xxh3)");
+            };
+            set(&mut ext(d).hash_algorithm, name)
+        },
+        Inert,
+        &[text("hash_algorithm", |v| {
+            v.s.extended.hash_algorithm.into()
+        })],
+        &[
+            "the hash table algorithm",
+            "default is murmur3 hash. options: jenkins, murmur3, xxh3",
+        ], INTERNAL,),
+    sub(
+        "lru_crawler",
+        |d, _| set(&mut tunables(d).lru_crawler, true),
+        On("tunables.lru_crawler: the expired-item sweep (io/launch.rs, admin/crawler.rs)"),
+        &[yes_no("lru_crawler", |v| v.t.lru_crawler)],
+        &[], SWEEP,),
+    sub(
+        "no_lru_crawler",
+        |d, _| set(&mut tunables(d).lru_crawler, false),
+        On("tunables.lru_crawler"),
+        &[],
+        &["disable LRU Crawler background thread."], SWEEP,),
+    sub(
+        "lru_crawler_sleep",
+        |d, a| {
+            let n = atoi(a.need("lru_crawler_sleep value")?);
+            if !(0..=1_000_000).contains(&n) {
+                return fail("LRU crawler sleep must be between 0 and 1 second");
+            }
+            set(&mut tunables(d).crawler_sleep_us, n as u32)
+        },
+        On("tunables.crawler_sleep_us: a requested crawl's pauses (admin/crawler.rs)"),
+        &[num("lru_crawler_sleep", |v| v.t.crawler_sleep_us.into())],
+        &["microseconds to sleep between items", "default is 100."], SWEEP,),
+    sub(
+        "lru_crawler_tocrawl",
+        |d, a| {
+            let Some(n) = safe_strtoul(a.need("lru_crawler_tocrawl value")?) else {
+                return fail("lru_crawler_tocrawl takes a numeric 32bit value");
+            };
+            set(&mut tunables(d).crawler_tocrawl, n)
+        },
+        On("tunables.crawler_tocrawl: a requested crawl's limit (admin/crawler.rs)"),
+        &[num("lru_crawler_tocrawl", |v| v.t.crawler_tocrawl.into())],
+        &[
+            "max items to crawl per slab per run",
+            "default is 0 (unlimited)",
+        ], SWEEP,),
+    sub(
+        "read_buf_mem_limit",
+        |d, a| set(&mut ext(d).read_buf_mem_limit_mib, a.strtoul()?),
+        // No read buffer is ever refused here (`stats` read_buf_oom stays 0).
+        Inert,
+        &[num("read_buf_mem_limit", |v| {
+            i64::from(v.s.extended.read_buf_mem_limit_mib) << 20
+        })],
+        &[
+            "limit in megabytes for connection read/response buffers.",
+            "do not adjust unless you have high (20k+) conn. limits.",
+            "0 means unlimited (default: 0)",
+        ], INTERNAL,),
+    sub(
+        "resp_obj_mem_limit",
+        |_, _| {
+            eprintln!("DEPRECATED: resp_obj_mem_limit no longer used. See read_buf_mem_limit,");
+            Ok(())
+        },
+        Inert,
+        &[],
+        &["deprecated: see read_buf_mem_limit"], "as memcached 1.6's: it prints its DEPRECATED line",),
+    // As in memcached, the maintainer option also turns segmentation on or off.
+    sub(
+        "lru_maintainer",
+        |d, _| lru_maintainer(tunables(d), true),
+        Inert,
+        &[
+            yes_no("lru_maintainer_thread", |v| v.t.lru_maintainer),
+            yes_no("lru_segmented", |v| v.t.lru_segmented),
+        ],
+        &[], LRU,),
+    sub(
+        "no_lru_maintainer",
+        |d, _| lru_maintainer(tunables(d), false),
+        Inert,
+        &[],
+        &["disable new LRU system + background thread."], LRU,),
+    sub(
+        "hot_lru_pct",
+        |d, a| set(&mut tunables(d).hot_lru_pct, lru_pct(a)?),
+        Inert,
+        &[num("hot_lru_pct", |v| v.t.hot_lru_pct.into())],
+        &[
+            "pct of slab memory to reserve for hot lru.",
+            "(requires lru_maintainer, default pct: 20)",
+        ], LRU,),
+    sub(
+        "warm_lru_pct",
+        |d, a| set(&mut tunables(d).warm_lru_pct, lru_pct(a)?),
+        Inert,
+        &[num("warm_lru_pct", |v| v.t.warm_lru_pct.into())],
+        &[
+            "pct of slab memory to reserve for warm lru.",
+            "(requires lru_maintainer, default pct: 40)",
+        ], LRU,),
+    sub(
+        "hot_max_factor",
+        |d, a| set(&mut tunables(d).hot_max_factor, age_factor(a)?),
+        Inert,
+        &[fixed("hot_max_factor", 2, |v| v.t.hot_max_factor)],
+        &["items idle > cold lru age * drop from hot lru. (default: 0.20)"], LRU,),
+    sub(
+        "warm_max_factor",
+        |d, a| set(&mut tunables(d).warm_max_factor, age_factor(a)?),
+        Inert,
+        &[fixed("warm_max_factor", 2, |v| v.t.warm_max_factor)],
+        &["items idle > cold lru age * this drop from warm. (default: 2.00)"], LRU,),
+    sub(
+        "temporary_ttl",
+        |d, a| {
+            let ttl = atoi(a.need("temporary_ttl argument")?).max(0);
+            let t = tunables(d);
+            t.temp_lru = true;
+            set(&mut t.temporary_ttl, ttl as i32)
+        },
+        Inert,
+        &[
+            yes_no("temp_lru", |v| v.t.temp_lru),
+            num("temporary_ttl", |v| v.t.temporary_ttl.into()),
+        ],
+        &[
+            "TTL's below get separate LRU, can't be evicted.",
+            "(requires lru_maintainer, default: 61)",
+        ], LRU,),
+    sub(
+        "idle_timeout",
+        |d, a| {
+            let n = atoi(a.need("numeric argument for idle_timeout")?);
+            set(&mut d.s.idle_timeout_secs, u32::try_from(n).unwrap_or(0))
+        },
+        On("idle_timeout_secs: idle connections closed (io/worker.rs)"),
+        &[num("idle_timeout", |v| v.s.idle_timeout_secs.into())],
+        &["timeout for idle connections. (default: 0, no timeout)"], "close connections idle for more than N seconds (0: never)",),
+    sub(
+        "slab_reassign",
+        |d, _| set(&mut tunables(d).slab_reassign, true),
+        Inert,
+        &[yes_no("slab_reassign", |v| v.t.slab_reassign)],
+        &["allow `slabs reassign` to move pages between classes (default: enabled)"], LRU,),
+    sub(
+        "no_slab_reassign",
+        |d, _| set(&mut tunables(d).slab_reassign, false),
+        Inert,
+        &[],
+        &[], LRU,),
+    sub(
+        "slab_automove",
+        |d, a| {
+            let n = a.value.map_or(1, atoi);
+            if !(0..=2).contains(&n) {
+                return fail("slab_automove must be between 0 and 2");
+            }
+            set(&mut tunables(d).slab_automove, n as u32)
+        },
+        Inert,
+        &[num("slab_automove", |v| v.t.slab_automove.into())],
+        &["0, 1 or 2: how readily pages move between classes (default: 1)"], LRU,),
+    sub(
+        "no_slab_automove",
+        |d, _| set(&mut tunables(d).slab_automove, 0),
+        Inert,
+        &[],
+        &[], LRU,),
+    sub(
+        "slab_automove_ratio",
+        |d, a| {
+            // memcached's check lets 1 through, though its message says < 1.
+            let r = atof(a.need("slab_automove_ratio argument")?);
+            if r <= 0.0 || r > 1.0 {
+                return fail("slab_automove_ratio must be > 0 and < 1");
+            }
+            set(&mut tunables(d).slab_automove_ratio, r)
+        },
+        Inert,
+        &[fixed("slab_automove_ratio", 2, |v| v.t.slab_automove_ratio)],
+        &["ratio of free memory in a class that lets it give a page (default: 0.80)"], LRU,),
+    sub(
+        "slab_automove_window",
+        |d, a| {
+            let n = atoi(a.need("slab_automove_window argument")?);
+            if n < 3 {
+                return fail("slab_automove_window must be > 2");
+            }
+            set(&mut ext(d).slab_automove_window, n as u32)
+        },
+        Inert,
+        &[num("slab_automove_window", |v| {
+            v.s.extended.slab_automove_window.into()
+        })],
+        &["seconds of history slab_automove decides on (default: 30)"], INTERNAL,),
+    sub(
+        "slab_chunk_max",
+        |d, a| {
+            // memcached prints this and goes on (then crashes on a zero divisor);
+            // ferrocache refuses.
+            let v = a.need("slab_chunk_max argument")?;
+            let Some(n) = safe_strtol(v) else {
+                return fail("could not parse argument to slab_chunk_max");
+            };
+            d.chunk_max_changed = true;
+            set(&mut d.chunk_max, i64::from(n))
+        },
+        On("classes.chunk_max: the slab classes stats slabs and stats items report"),
+        &[num("slab_chunk_max", |v| v.s.classes.chunk_max.into())],
+        &["(EXPERIMENTAL) maximum slab size in kilobytes. use extreme care. (default: 512)"], CLASSES,),
+    // memcached crashes on a missing value (strdup(NULL)); refuse instead.
+    sub(
+        "slab_sizes",
+        |d, a| {
+            set(
+                &mut d.slab_sizes,
+                Some(a.need("slab_sizes argument")?.into()),
+            )
+        },
+        On("classes.sizes: as slab_chunk_max"),
+        &[],
+        &["dash-separated chunk sizes of the slab classes, in bytes"], CLASSES,),
+    sub(
+        "no_chunked_items",
+        |d, _| set(&mut d.chunk_max, SLAB_PAGE_SIZE),
+        On("classes.chunk_max: as slab_chunk_max"),
+        &[],
+        &["never chunk items: slab_chunk_max is the slab page size"], CLASSES,),
+    sub(
+        "watcher_logbuf_size",
+        |d, a| set(&mut ext(d).watcher_logbuf_bytes, kib(a)?),
+        On("extended.watcher_logbuf_bytes: each watcher's buffer (admin/watch)"),
+        &[num("watcher_logbuf_size", |v| {
+            v.s.extended.watcher_logbuf_bytes as i64
+        })],
+        &["size in kilobytes of per-watcher write buffer. (default: 256)"], WATCH,),
+    sub(
+        "worker_logbuf_size",
+        |d, a| {
+            ext(d).worker_logbuf_bytes = kib(a)?;
+            // memcached 1.6.18 falls through from worker_logbuf_size into slab_sizes.
+            set(&mut d.slab_sizes, a.value.map(String::from))
+        },
+        On("extended.worker_logbuf_bytes: each worker's queue (admin/watch); and classes.sizes"),
+        &[num("worker_logbuf_size", |v| {
+            v.s.extended.worker_logbuf_bytes as i64
+        })],
+        &[
+            "size in kilobytes of per-worker-thread buffer",
+            "read by background thread, then written to watchers. (default: 64)",
+        ], WATCH,),
+    sub(
+        "track_sizes",
+        |d, _| set(&mut ext(d).track_sizes, true),
+        On("extended.track_sizes: stats sizes reports from the start (ops/slabs.rs)"),
+        // The live value: `stats sizes_enable` and `sizes_disable` change it.
+        &[yes_no("track_sizes", |v| v.track_sizes)],
+        &["enable dynamic reports for 'stats sizes' command."], "`stats sizes` reports from the start, as after `stats sizes_enable`",),
+    inert(
+        "no_hashexpand",
+        &[],
+        &["disables hash table expansion (dangerous)"], INTERNAL,),
+    // memcached 1.6 always answers inline; the option is kept for old command lines.
+    inert(
+        "inline_ascii_resp",
+        &[text("inline_ascii_response", |_| "no".into())],
+        &["no effect since memcached 1.5 (also no_inline_ascii_resp)"], INTERNAL,),
+    inert("no_inline_ascii_resp", &[], &[], INTERNAL,),
+    inert(
+        "modern",
+        &[],
+        &[
+            "enables options which will be default in future.",
+            "currently: nothing",
+        ], "memcached 1.6's defaults are what it enabled",),
+    sub(
+        "no_modern",
+        |d, _| {
+            if !d.chunk_max_changed {
+                d.chunk_max = SLAB_PAGE_SIZE;
+            }
+            let t = tunables(d);
+            t.slab_reassign = false;
+            t.lru_crawler = false;
+            t.slab_automove = 0;
+            lru_maintainer(t, false)
+        },
+        On("classes.chunk_max, tunables.lru_crawler: as memcached 1.4's defaults"),
+        &[],
+        &["uses defaults of previous major version (1.4.x)"], "sets what memcached's does: slab classes unchunked, the crawler, slab moves and the LRU maintainer off",),
+    inert(
+        "drop_privileges",
+        &[],
+        &["drop privileges with the OS's sandbox, where it has one"], INTERNAL,),
+    inert("no_drop_privileges", &[], &[], INTERNAL,),
+    // memcached-debug's: its tests pass it always; ferrocache has no sandbox to relax.
+    inert(
+        "relaxed_privileges",
+        &[],
+        &["relax the sandbox (memcached-debug's test builds)"], "memcached-debug's (its test suite passes it always); ferrocache has no sandbox to relax",),
+    // memcached reads it with no check; nothing here marks sockets.
+    inert(
+        "sock_cookie_id",
+        &[],
+        &["attributes an ID to a socket for ip filtering/firewalls "], INTERNAL,),
+];
+
+/// `lru_maintainer` and `no_lru_maintainer`.
+fn lru_maintainer(t: &mut Tunables, on: bool) -> Result<(), Refusal> {
+    t.lru_segmented = on;
+    set(&mut t.lru_maintainer, on)
+}
+
+/// `hot_lru_pct` and `warm_lru_pct`: each within 1..80 (their sum is checked after
+/// the option loop, [`Tunables::lru_pcts_fit`]).
+fn lru_pct(a: Arg<'_>) -> Result<u32, Refusal> {
+    let n = atoi(a.value()?);
+    if !(1..80).contains(&n) {
+        return fail(format!("{} must be > 1 and < 80", a.name));
     }
-    if sizes.is_empty() {
-        return Err("slab_sizes: no sizes given".into());
+    Ok(n as u32)
+}
+
+/// `hot_max_factor` and `warm_max_factor`.
+fn age_factor(a: Arg<'_>) -> Result<f64, Refusal> {
+    let f = atof(a.value()?);
+    if !Tunables::age_factor_ok(f) {
+        return fail(format!("{} must be > 0", a.name));
     }
-    Ok(sizes)
+    Ok(f)
 }

@@ -1,25 +1,157 @@
-//! memcached's TLS options: `-Z` and the `-o ssl_*` suboptions, parsed with memcached's
-//! checks and messages. Loading the certificates is `admin/tls.rs`'s work; this file
-//! only reads the command line.
+//! memcached's TLS options: `-Z` and the `-o ssl_*` suboptions, one row each, parsed
+//! with memcached's checks and messages. Loading the certificates is `admin/tls.rs`'s
+//! work; this file only reads the command line.
 
+use super::refusal::Refusal;
+use super::table::{fail, num, set, sub, text, yes_no, Acts, Arg, Row};
+use super::Draft;
 use anyhow::{bail, Result};
+
+use Acts::{Inert, On};
 
 /// memcached's `SSL_FILETYPE_PEM` and `SSL_FILETYPE_ASN1` (its `ssl_keyformat`).
 pub const KEYFORMAT_PEM: i32 = 1;
 pub const KEYFORMAT_DER: i32 = 2;
 
-/// The `-o` suboptions this file reads.
-pub const TLS_OPTIONS: &[&str] = &[
-    "ssl_chain_cert",
-    "ssl_key",
-    "ssl_keyformat",
-    "ssl_verify_mode",
-    "ssl_ciphers",
-    "ssl_ca_cert",
-    "ssl_wbuf_size",
-    "ssl_session_cache",
-    "ssl_kernel_tls",
-    "ssl_min_version",
+/// docs/operations.md's words for the TLS options ferrocache acts on.
+const TLS: &str = "\"TLS\" below";
+
+/// The TLS options, as the rows write them.
+fn tls(d: &mut Draft) -> &mut TlsOptions {
+    &mut d.s.tls
+}
+
+/// A TLS option's number, as memcached's parser for these reads it.
+fn number<T: std::str::FromStr>(a: Arg<'_>) -> Result<T, Refusal> {
+    a.value()?.trim().parse().map_err(|_| a.unparsed())
+}
+
+/// The `ssl_*` rows, in `-h`'s order.
+pub const ROWS: &[Row] = &[
+    sub(
+        "ssl_chain_cert",
+        |d, a| set(&mut tls(d).chain_cert, Some(a.value()?.into())),
+        On("tls.chain_cert: the server's certificate chain (admin/tls.rs)"),
+        &[text("ssl_chain_cert", |v| {
+            v.s.tls.chain_cert.as_deref().unwrap_or("(null)").into()
+        })],
+        &["certificate chain file in PEM format"],
+        TLS,
+    ),
+    sub(
+        "ssl_key",
+        |d, a| set(&mut tls(d).key, Some(a.value()?.into())),
+        On("tls.key: its private key"),
+        &[text("ssl_key", |v| {
+            v.s.tls.key.as_deref().unwrap_or("(null)").into()
+        })],
+        &["private key, if not part of the -ssl_chain_cert"],
+        TLS,
+    ),
+    sub(
+        "ssl_keyformat",
+        |d, a| set(&mut tls(d).keyformat, number(a)?),
+        On("tls.keyformat: how the key is read"),
+        &[num("ssl_keyformat", |v| v.s.tls.keyformat.into())],
+        &["private key format (PEM, DER or ENGINE) (default: PEM)"],
+        TLS,
+    ),
+    sub(
+        "ssl_verify_mode",
+        |d, a| {
+            let mode = match number(a)? {
+                0 => VerifyMode::None,
+                1 => VerifyMode::Peer,
+                2 => VerifyMode::Required,
+                3 => VerifyMode::RequiredOnce,
+                _ => return fail("Invalid ssl_verify_mode. Use help to see valid options."),
+            };
+            set(&mut tls(d).verify_mode, mode)
+        },
+        On("tls.verify_mode: client certificates asked for or required"),
+        &[num("ssl_verify_mode", |v| {
+            v.s.tls.verify_mode.openssl_flags().into()
+        })],
+        &[
+            "peer certificate verification mode, default is 0(None).",
+            "valid values are 0(None), 1(Request), 2(Require)",
+            "or 3(Once)",
+        ],
+        TLS,
+    ),
+    sub(
+        "ssl_ciphers",
+        |d, a| set(&mut tls(d).ciphers, Some(a.value()?.into())),
+        On("tls.ciphers: the TLS 1.2 suites offered"),
+        &[text("ssl_ciphers", |v| {
+            v.s.tls.ciphers.as_deref().unwrap_or("NULL").into()
+        })],
+        &["specify cipher list to be used"],
+        TLS,
+    ),
+    sub(
+        "ssl_ca_cert",
+        |d, a| set(&mut tls(d).ca_cert, Some(a.value()?.into())),
+        On("tls.ca_cert: the client CAs"),
+        &[text("ssl_ca_cert", |v| {
+            v.s.tls.ca_cert.as_deref().unwrap_or("NULL").into()
+        })],
+        &["PEM format file of acceptable client CA's"],
+        TLS,
+    ),
+    sub(
+        "ssl_wbuf_size",
+        |d, a| {
+            let kib: u32 = number(a)?;
+            set(&mut tls(d).wbuf_size, kib.saturating_mul(1024))
+        },
+        // Records are sized by the replies, up to 16 KiB each (docs/protocol.md).
+        Inert,
+        &[num("ssl_wbuf_size", |v| v.s.tls.wbuf_size.into())],
+        &[
+            "size in kilobytes of per-connection SSL output buffer",
+            "(default: 16)",
+        ],
+        "checked and shown: TLS records are sized by the replies (docs/protocol.md, \"TLS\")",
+    ),
+    sub(
+        "ssl_session_cache",
+        |d, _| set(&mut tls(d).session_cache, true),
+        On("tls.session_cache: session resumption"),
+        &[yes_no("ssl_session_cache", |v| v.s.tls.session_cache)],
+        &[
+            "enable server-side SSL session cache, to support session",
+            "resumption",
+        ],
+        TLS,
+    ),
+    sub(
+        "ssl_kernel_tls",
+        |d, _| set(&mut tls(d).kernel_tls, true),
+        On("tls.kernel_tls: refused at start, as a build without it refuses"),
+        &[yes_no("ssl_kernel_tls", |v| v.s.tls.kernel_tls)],
+        &["enable kernel TLS offload"],
+        TLS,
+    ),
+    sub(
+        "ssl_min_version",
+        |d, a| {
+            let version = match number(a)? {
+                v @ 0..=3 => v,
+                _ => return fail("Invalid ssl_min_version. Use help to see valid options."),
+            };
+            set(&mut tls(d).min_version, version)
+        },
+        On("tls.min_version: the oldest TLS version served"),
+        &[text("ssl_min_version", |v| {
+            v.s.tls.min_version_name().into()
+        })],
+        &[
+            "minimum protocol version to accept (default: tlsv1.2)",
+            "valid values are 0(tlsv1.0), 1(tlsv1.1), 2(tlsv1.2), or 3(tlsv1.3).",
+        ],
+        TLS,
+    ),
 ];
 
 /// Client certificate checks, memcached's `ssl_verify_mode` 0 to 3.
@@ -68,7 +200,8 @@ pub struct TlsOptions {
     /// OpenSSL).
     pub ciphers: Option<String>,
     pub ca_cert: Option<String>,
-    /// Bytes of plaintext encrypted per write (memcached's per-connection buffer).
+    /// memcached's per-connection output buffer, bytes: shown only (records are sized by
+    /// the replies here).
     pub wbuf_size: u32,
     pub session_cache: bool,
     pub kernel_tls: bool,
@@ -96,49 +229,6 @@ impl Default for TlsOptions {
 }
 
 impl TlsOptions {
-    /// Take one `-o KEY=VALUE` suboption; `false` when it is not a TLS one. Values are
-    /// checked as memcached checks them, with its messages.
-    pub fn set(&mut self, key: &str, value: Option<&str>) -> Result<bool> {
-        let needs = |v: Option<&str>| -> Result<String> {
-            match v {
-                Some(v) => Ok(v.to_string()),
-                None => bail!("Missing {key} argument"),
-            }
-        };
-        match key {
-            "ssl_chain_cert" => self.chain_cert = Some(needs(value)?),
-            "ssl_key" => self.key = Some(needs(value)?),
-            "ssl_ciphers" => self.ciphers = Some(needs(value)?),
-            "ssl_ca_cert" => self.ca_cert = Some(needs(value)?),
-            "ssl_keyformat" => {
-                self.keyformat = number(key, &needs(value)?)?;
-            }
-            "ssl_verify_mode" => {
-                self.verify_mode = match number(key, &needs(value)?)? {
-                    0 => VerifyMode::None,
-                    1 => VerifyMode::Peer,
-                    2 => VerifyMode::Required,
-                    3 => VerifyMode::RequiredOnce,
-                    _ => bail!("Invalid ssl_verify_mode. Use help to see valid options."),
-                };
-            }
-            "ssl_wbuf_size" => {
-                let kib: u32 = number(key, &needs(value)?)?;
-                self.wbuf_size = kib.saturating_mul(1024);
-            }
-            "ssl_session_cache" => self.session_cache = true,
-            "ssl_kernel_tls" => self.kernel_tls = true,
-            "ssl_min_version" => {
-                self.min_version = match number(key, &needs(value)?)? {
-                    v @ 0..=3 => v,
-                    _ => bail!("Invalid ssl_min_version. Use help to see valid options."),
-                };
-            }
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
-
     /// memcached's name of the minimum version, for `stats settings`.
     #[must_use]
     pub fn min_version_name(&self) -> &'static str {
@@ -148,13 +238,6 @@ impl TlsOptions {
             2 => "tlsv1.2",
             _ => "tlsv1.3",
         }
-    }
-}
-
-fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T> {
-    match value.trim().parse() {
-        Ok(n) => Ok(n),
-        Err(_) => bail!("could not parse argument to {key}"),
     }
 }
 
@@ -213,27 +296,33 @@ impl ListenSpec {
 mod tests {
     use super::*;
 
+    /// The TLS options `-o LIST` gives, or the refusal's message.
+    fn tls(list: &str) -> Result<TlsOptions, String> {
+        let args = ["-o".to_string(), list.to_string()];
+        match crate::config::Settings::parse("ferrocache", &args) {
+            Ok(crate::config::Parsed::Run(s)) => Ok(s.tls),
+            Ok(crate::config::Parsed::Print(text)) => panic!("printed {text}"),
+            Err(r) => Err(r.message),
+        }
+    }
+
     #[test]
     fn options_take_memcached_values() {
-        let mut t = TlsOptions::default();
-        assert!(t.set("ssl_verify_mode", Some("3")).unwrap());
+        let t =
+            tls("ssl_verify_mode=3,ssl_wbuf_size=32,ssl_min_version=3,ssl_session_cache").unwrap();
         assert_eq!(t.verify_mode.openssl_flags(), 7);
-        assert!(t.set("ssl_wbuf_size", Some("32")).unwrap());
         assert_eq!(t.wbuf_size, 32 * 1024);
-        assert!(t.set("ssl_min_version", Some("3")).unwrap());
         assert_eq!(t.min_version_name(), "tlsv1.3");
-        assert!(t.set("ssl_session_cache", None).unwrap());
         assert!(t.session_cache);
-        assert!(!t.set("idle_timeout", Some("5")).unwrap());
-        let err = t.set("ssl_verify_mode", Some("4")).unwrap_err().to_string();
         assert_eq!(
-            err,
+            tls("ssl_verify_mode=4").unwrap_err(),
             "Invalid ssl_verify_mode. Use help to see valid options."
         );
-        let err = t.set("ssl_key", None).unwrap_err().to_string();
-        assert_eq!(err, "Missing ssl_key argument");
-        let err = t.set("ssl_min_version", Some("x")).unwrap_err().to_string();
-        assert_eq!(err, "could not parse argument to ssl_min_version");
+        assert_eq!(tls("ssl_key").unwrap_err(), "Missing ssl_key argument");
+        assert_eq!(
+            tls("ssl_min_version=x").unwrap_err(),
+            "could not parse argument to ssl_min_version"
+        );
     }
 
     #[test]

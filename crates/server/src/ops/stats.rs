@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::config::VERSION;
+use crate::config::{settings_lines, View, VERSION};
 use crate::state::Shared;
 
 struct Out<'a>(&'a mut Vec<u8>);
@@ -23,10 +23,6 @@ impl Out<'_> {
     fn num<N: itoa::Integer>(&mut self, name: &str, value: N) {
         let mut b = itoa::Buffer::new();
         self.raw(name, b.format(value).as_bytes());
-    }
-
-    fn yes_no(&mut self, name: &str, value: bool) {
-        self.str(name, if value { "yes" } else { "no" });
     }
 
     fn end(self) {
@@ -68,11 +64,7 @@ pub fn general(shared: &Shared, buf: &mut Vec<u8>) {
     o.num("max_connections", settings.max_connections);
     o.num("curr_connections", curr);
     o.num("total_connections", c.total_connections);
-    if !settings
-        .extended
-        .iter()
-        .any(|(k, _)| k == "no_maxconns_fast")
-    {
+    if settings.extended.maxconns_fast {
         o.num("rejected_connections", c.rejected_connections);
     }
     o.num("connection_structures", curr);
@@ -301,185 +293,22 @@ pub fn extstore(shared: &Shared, buf: &mut Vec<u8>) {
     o.end();
 }
 
-/// memcached's `ssl_*` lines of `stats settings`, which its TLS build prints with or
-/// without `-Z`.
-fn tls_settings(t: &crate::config::TlsOptions, o: &mut Out<'_>) {
-    o.yes_no("ssl_enabled", t.enabled);
-    o.str(
-        "ssl_chain_cert",
-        t.chain_cert.as_deref().unwrap_or("(null)"),
-    );
-    o.str("ssl_key", t.key.as_deref().unwrap_or("(null)"));
-    o.num("ssl_verify_mode", t.verify_mode.openssl_flags());
-    o.num("ssl_keyformat", t.keyformat);
-    o.str("ssl_ciphers", t.ciphers.as_deref().unwrap_or("NULL"));
-    o.str("ssl_ca_cert", t.ca_cert.as_deref().unwrap_or("NULL"));
-    o.num("ssl_wbuf_size", t.wbuf_size);
-    o.yes_no("ssl_session_cache", t.session_cache);
-    o.yes_no("ssl_kernel_tls", t.kernel_tls);
-    o.str("ssl_min_version", t.min_version_name());
-}
-
-/// C's `%.2f`: as Rust's `{:.2}`, except that NaN prints as `nan`.
-fn c_fixed2(v: f64) -> String {
-    if v.is_nan() {
-        "nan".to_string()
-    } else {
-        format!("{v:.2}")
-    }
-}
-
-/// The `stats settings` reply.
+/// The `stats settings` reply: each line of the table of options, in memcached's order,
+/// read from the settings and from what commands have changed since.
 pub fn settings(shared: &Shared, buf: &mut Vec<u8>) {
-    let s = &shared.settings;
+    let tunables = shared.crawler.tunables();
+    let view = View {
+        s: &shared.settings,
+        t: &tunables,
+        maxbytes: shared.store.memory_limit(),
+        verbosity: shared.verbosity.load(Ordering::Relaxed),
+        detail_enabled: shared.prefixes.enabled(),
+        track_sizes: shared.sizes_tracking.load(Ordering::Relaxed),
+    };
     let mut o = Out(buf);
-    o.num("maxbytes", shared.store.memory_limit());
-    o.num("maxconns", s.max_connections);
-    o.num("tcpport", s.port);
-    o.num("udpport", s.udp_port);
-    o.str(
-        "inter",
-        &if s.listen.is_empty() {
-            "NULL".to_string()
-        } else {
-            s.listen.join(",")
-        },
-    );
-    o.num("verbosity", shared.verbosity.load(Ordering::Relaxed));
-    o.num("oldest", 0u32);
-    o.str("evictions", if s.evictions { "on" } else { "off" });
-    o.str("domain_socket", s.unix_socket.as_deref().unwrap_or("NULL"));
-    o.str("umask", &format!("{:o}", s.unix_mask));
-    o.yes_no("shutdown_command", s.shutdown_enabled);
-    o.str("growth_factor", &c_fixed2(s.classes.factor));
-    o.num("chunk_size", s.chunk_size);
-    o.num("num_threads", s.threads);
-    o.num("num_threads_per_udp", s.threads);
-    o.str(
-        "stat_key_prefix",
-        &String::from_utf8_lossy(&[s.prefix_delimiter()]),
-    );
-    o.yes_no("detail_enabled", shared.prefixes.enabled());
-    o.num("reqs_per_event", s.reqs_per_event);
-    o.yes_no("cas_enabled", s.cas_enabled);
-    o.num("tcp_backlog", s.backlog);
-    o.str(
-        "binding_protocol",
-        match s.binding {
-            crate::config::Binding::Auto => "auto-negotiate",
-            crate::config::Binding::Ascii => "ascii",
-            crate::config::Binding::Binary => "binary",
-        },
-    );
-    o.yes_no("auth_enabled_sasl", shared.sasl.is_some());
-    o.str(
-        "auth_enabled_ascii",
-        shared.ascii_auth.as_ref().map_or("no", |a| a.path()),
-    );
-    o.num("item_size_max", s.item_size_max_bytes);
-    let opt = |key: &str| {
-        s.extended
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    };
-    let has = |key: &str| opt(key).is_some();
-    // An option's number as given, or memcached's default; `scale` is the unit the
-    // option is given in (memcached multiplies some by 1024 or 1 MiB).
-    let number = |key: &str, default: u64, scale: u64| {
-        opt(key)
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(default, |v| v * scale)
-    };
-    let t = shared.crawler.tunables();
-    o.yes_no("maxconns_fast", !has("no_maxconns_fast"));
-    o.num("hashpower_init", number("hashpower", 0, 1));
-    o.yes_no("slab_reassign", t.slab_reassign);
-    o.num("slab_automove", t.slab_automove);
-    o.str("slab_automove_ratio", &c_fixed2(t.slab_automove_ratio));
-    o.num(
-        "slab_automove_window",
-        number("slab_automove_window", 30, 1),
-    );
-    o.num("slab_chunk_max", s.classes.chunk_max);
-    o.yes_no("lru_crawler", t.lru_crawler);
-    o.num("lru_crawler_sleep", t.crawler_sleep_us);
-    o.num("lru_crawler_tocrawl", t.crawler_tocrawl);
-    o.num("tail_repair_time", number("tail_repair_time", 0, 1));
-    o.yes_no("flush_enabled", s.flush_enabled);
-    o.yes_no("dump_enabled", s.dump_enabled);
-    o.str("hash_algorithm", opt("hash_algorithm").unwrap_or("murmur3"));
-    o.yes_no("lru_maintainer_thread", t.lru_maintainer);
-    o.yes_no("lru_segmented", t.lru_segmented);
-    o.num("hot_lru_pct", t.hot_lru_pct);
-    o.num("warm_lru_pct", t.warm_lru_pct);
-    o.str("hot_max_factor", &c_fixed2(t.hot_max_factor));
-    o.str("warm_max_factor", &c_fixed2(t.warm_max_factor));
-    o.yes_no("temp_lru", t.temp_lru);
-    o.num("temporary_ttl", t.temporary_ttl);
-    o.num("idle_timeout", s.idle_timeout_secs);
-    o.num(
-        "watcher_logbuf_size",
-        number("watcher_logbuf_size", 256 * 1024, 1024),
-    );
-    o.num(
-        "worker_logbuf_size",
-        number("worker_logbuf_size", 64 * 1024, 1024),
-    );
-    o.num(
-        "read_buf_mem_limit",
-        number("read_buf_mem_limit", 0, 1024 * 1024),
-    );
-    o.yes_no("track_sizes", shared.sizes_tracking.load(Ordering::Relaxed));
-    o.str("inline_ascii_response", "no");
-    // The flash tier's settings as memcached's build shows them, with what `extstore`
-    // changed since; without `ext_path` they are kept and change nothing, as there.
-    let tun = shared.crawler.tunables();
-    let ext = tun.ext;
-    o.num("ext_item_size", ext.item_size);
-    o.num("ext_item_age", ext.item_age);
-    o.num("ext_low_ttl", ext.low_ttl);
-    o.num("ext_recache_rate", ext.recache_rate);
-    o.num("ext_wbuf_size", number("ext_wbuf_size", 4 << 20, 1 << 20));
-    o.num("ext_compact_under", ext.compact_under);
-    o.num("ext_drop_under", ext.drop_under);
-    o.num("ext_max_sleep", tun.ext_max_sleep);
-    o.str("ext_max_frag", &c_fixed2(ext.max_frag));
-    o.str(
-        "slab_automove_freeratio",
-        &format!(
-            "{:.3}",
-            opt("slab_automove_freeratio")
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.01)
-        ),
-    );
-    o.yes_no("ext_drop_unread", ext.drop_unread);
-    tls_settings(&s.tls, &mut o);
-    o.str("num_napi_ids", opt("napi_ids").unwrap_or("(null)"));
-    // memcached prints its `settings.memory_file` with `%s`: glibc's `(null)` without -e.
-    o.str("memory_file", s.memory_file.as_deref().unwrap_or("(null)"));
-    // ferrocache's own settings, after memcached's.
-    o.yes_no("watch_enabled", s.watch_enabled);
-    o.str("io_backend", s.io_backend.name());
-    o.yes_no("null_store", s.null_store.is_some());
-    o.yes_no("pin", s.pin);
-    o.num("busy_poll_us", s.busy_poll_us);
-    o.yes_no("large_pages", s.large_pages);
-    o.str("udp_gso", if s.udp_gso { "on" } else { "off" });
-    o.str(
-        "latency_histograms",
-        if s.latency_histograms { "on" } else { "off" },
-    );
-    o.str(
-        "metrics_listen",
-        s.metrics_listen.as_deref().unwrap_or("NULL"),
-    );
-    o.num(
-        "zero_copy_min",
-        s.zero_copy_min_for(s.io_backend).unwrap_or(0),
-    );
+    for line in settings_lines() {
+        o.str(line.name, &line.value(&view));
+    }
     o.end();
 }
 

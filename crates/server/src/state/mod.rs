@@ -73,15 +73,15 @@ impl Shared {
             Some(path) => Some(AuthFile::load(path)?),
             None => None,
         };
-        let mut tunables =
-            crawler::Tunables::from_options(&settings.extended).map_err(anyhow::Error::msg)?;
+        let mut tunables = settings.tunables.clone();
         // With a tier, what it made of the options (compact_under's default is a quarter
         // of its pages); without, the options as given.
-        tunables.ext = store
-            .flash()
-            .map_or(settings.ext_tunables, storage::Flash::tunables);
+        tunables.ext = store.flash().map_or(tunables.ext, storage::Flash::tunables);
         let clock = Clock::new();
-        let watch = Arc::new(Watch::new(&settings.extended));
+        let watch = Arc::new(Watch::new(
+            settings.extended.worker_logbuf_bytes,
+            settings.extended.watcher_logbuf_bytes,
+        ));
         let started = clock.process_started();
         store.set_eviction_sink(Arc::new(EvictionLog {
             watch: watch.clone(),
@@ -100,9 +100,7 @@ impl Shared {
             .collect();
         Ok(Shared {
             verbosity: AtomicU32::new(settings.verbose),
-            sizes_tracking: AtomicBool::new(
-                settings.extended.iter().any(|(k, _)| k == "track_sizes"),
-            ),
+            sizes_tracking: AtomicBool::new(settings.extended.track_sizes),
             sizes_from_cas: std::sync::atomic::AtomicU64::new(0),
             store,
             clock,
@@ -164,6 +162,6 @@ pub fn store_builder(settings: &Settings) -> storage::StoreBuilder {
         .lock_memory(settings.lock_memory)
         .evictions(settings.evictions)
         .slab_classes(settings.classes.clone())
-        .flash(settings.flash.clone())
+        .flash(settings.flash_tier())
         .hash_seed(settings.hash_seed)
 }

@@ -1,7 +1,8 @@
 //! The command line against memcached 1.6.18's own binary: for each refused line, the same
 //! exit status and the same first line of standard error (the program's name, which
-//! getopt prints, aside); memcached's `-o` suboptions start both servers; `-p -1` with
-//! `MEMCACHED_PORT_FILENAME`; `-D`; root without `-u`.
+//! getopt prints, aside); memcached's `-o` suboptions start both servers, and show in
+//! `stats settings` as memcached shows them; `-p -1` with `MEMCACHED_PORT_FILENAME`; `-D`;
+//! root without `-u`.
 
 use crate::common;
 
@@ -140,6 +141,74 @@ const ACCEPTED: &[&[&str]] = &[
     &["-I", "4m", "-m", "128"],
 ];
 
+/// Command lines whose `stats settings` both servers print line for line alike (the
+/// TCP port aside): every option that memcached shows, with values other than its
+/// defaults, and values that memcached's own readers take as they are (a blank, `nan`).
+const SHOWN: &[&[&str]] = &[
+    &[],
+    &[
+        "-o",
+        "hashpower=16,tail_repair_time=10,hash_algorithm=xxh3,slab_automove_window=10",
+        "-o",
+        "watcher_logbuf_size=512,worker_logbuf_size=128,read_buf_mem_limit=7,track_sizes",
+        "-o",
+        "slab_automove_freeratio=0.25,no_maxconns_fast,idle_timeout=30,slab_chunk_max=262144",
+        "-o",
+        "ext_item_size=1024,ext_wbuf_size=8,ext_max_sleep=500,ext_max_frag=0.5,ext_drop_unread",
+        "-o",
+        "ext_item_age=9,ext_low_ttl=3,ext_recache_rate=7,ext_compact_under=2,ext_drop_under=1",
+        "-o",
+        "lru_crawler_sleep=50,lru_crawler_tocrawl=9,hot_lru_pct=30,warm_lru_pct=30",
+        "-o",
+        "temporary_ttl=30,slab_automove=2,slab_automove_ratio=0.5,hot_max_factor=0.3",
+        "-o",
+        "warm_max_factor=3,no_slab_reassign,no_lru_crawler,ssl_wbuf_size=32,ssl_verify_mode=1",
+        "-f",
+        "1.5",
+        "-n",
+        "64",
+        "-c",
+        "500",
+        "-t",
+        "3",
+        "-R",
+        "7",
+        "-b",
+        "100",
+        "-C",
+        "-a",
+        "644",
+        "-D",
+        "#",
+        "-F",
+        "-X",
+        "-A",
+        "-m",
+        "128",
+        "-I",
+        "2m",
+        "-v",
+    ],
+    &[
+        "-o",
+        "no_maxconns_fast,maxconns_fast,slab_automove_ratio=nan,hot_max_factor=nan",
+        "-o",
+        "slab_automove_freeratio=nan,watcher_logbuf_size= 12,ext_max_sleep= 700",
+        "-o",
+        "no_lru_maintainer,lru_maintainer,slab_automove,no_chunked_items",
+    ],
+];
+
+/// `stats settings`' lines, in order.
+fn settings_lines(server: &ServerProcess) -> Vec<(String, String)> {
+    let text = server.connect().request_str("stats settings\r\n");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("STAT "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
+}
+
 /// The first line of `stderr`, with the program's path (getopt prints it) as `PROG`.
 fn first_line(stderr: &[u8], program: &Path) -> String {
     let text = String::from_utf8_lossy(stderr);
@@ -201,6 +270,25 @@ fn memcached_suboptions_start_both_servers() {
                 .connect()
                 .request_str("version\r\n")
                 .starts_with("VERSION "));
+        }
+    }
+}
+
+#[test]
+fn stats_settings_shows_the_options_as_memcached_does() {
+    for args in SHOWN {
+        let mine = settings_lines(&ServerProcess::start(ServerKind::Ferrocache, args));
+        let theirs = settings_lines(&ServerProcess::start(ServerKind::Memcached, args));
+        // memcached's lines first, in its order; ferrocache's own follow.
+        let names = |lines: &[(String, String)]| -> Vec<String> {
+            lines.iter().map(|(n, _)| n.clone()).collect()
+        };
+        assert!(mine.len() >= theirs.len(), "{args:?}: {mine:?}");
+        assert_eq!(names(&mine[..theirs.len()]), names(&theirs), "{args:?}");
+        for ((name, value), (_, expected)) in mine.iter().zip(&theirs) {
+            if name != "tcpport" {
+                assert_eq!(value, expected, "{args:?}: stats settings {name}");
+            }
         }
     }
 }

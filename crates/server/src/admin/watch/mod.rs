@@ -33,9 +33,6 @@ pub use protocol::text::WatchStreams as Streams;
 
 /// memcached's `WATCHER_LIMIT`.
 pub const WATCHER_LIMIT: usize = 20;
-/// memcached's defaults for `-o worker_logbuf_size` and `-o watcher_logbuf_size`.
-pub const DEFAULT_WORKER_BUF_BYTES: usize = 64 * 1024;
-pub const DEFAULT_WATCHER_BUF_BYTES: usize = 256 * 1024;
 
 /// `status=` of an `item_get` line (memcached's `was_found`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,20 +208,12 @@ thread_local! {
     static QUEUES: RefCell<Vec<(usize, Arc<Queue>)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `-o worker_logbuf_size=KB` / `-o watcher_logbuf_size=KB` from the extended options.
-fn kilobytes(extended: &[(String, String)], name: &str) -> Option<usize> {
-    extended
-        .iter()
-        .rev()
-        .find(|(k, _)| k == name)
-        .and_then(|(_, v)| v.parse::<usize>().ok())
-        .map(|kb| kb.saturating_mul(1024))
-}
-
 impl Watch {
-    /// The streams' state for a server with these `-o` options.
+    /// The streams' state, with `worker_buf_bytes` for each worker's queue and
+    /// `watcher_buf_bytes` for each watcher's buffer (`-o worker_logbuf_size`,
+    /// `watcher_logbuf_size`).
     #[must_use]
-    pub fn new(extended: &[(String, String)]) -> Watch {
+    pub fn new(worker_buf_bytes: usize, watcher_buf_bytes: usize) -> Watch {
         Watch {
             wanted: AtomicU16::new(0),
             gid: AtomicU64::new(0),
@@ -232,10 +221,8 @@ impl Watch {
             queues: Mutex::new(Vec::new()),
             pending: Mutex::new(Vec::new()),
             waker: OnceLock::new(),
-            worker_buf_bytes: kilobytes(extended, "worker_logbuf_size")
-                .unwrap_or(DEFAULT_WORKER_BUF_BYTES),
-            watcher_buf_bytes: kilobytes(extended, "watcher_logbuf_size")
-                .unwrap_or(DEFAULT_WATCHER_BUF_BYTES),
+            worker_buf_bytes,
+            watcher_buf_bytes,
             worker_dropped: AtomicU64::new(0),
             worker_written: AtomicU64::new(0),
             watcher_skipped: AtomicU64::new(0),
