@@ -17,7 +17,7 @@
 //! | `write.rs`   | set/add/replace/cas/append/prepend, delete, touch, incr/decr, flush   |
 //! | `record.rs`  | the accessors of records in segment memory: the `unsafe` of records   |
 //! | `image.rs`   | memory images: the whole store saved and loaded back (warm restart)   |
-//! | `image_meta.rs` | an image's meta section: the store's state as fields, the pool checks |
+//! | `image_meta.rs` | an image's meta section: the store's state as little-endian fields |
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -50,6 +50,7 @@ pub use image::{
     IMAGE_MAGIC,
 };
 pub use read::{FlashAction, KeyHash, Peeked, Visit, PREFETCH_DISTANCE};
+pub(crate) use record::{Walk, Walked};
 pub(crate) use write::{DeltaResult, WholeExtra, SPAN_SLACK_IDS};
 
 const MAX_SHARDS: usize = 4096;
@@ -76,7 +77,8 @@ pub struct Store {
     pub(crate) segment_size: usize,
     pub(crate) pool: Mutex<PoolState>,
     pub(crate) groups: Box<[GroupSlot]>,
-    pub(crate) evictions: bool,
+    /// How room is made, and what reads and writes do to items' marks (`policy`).
+    pub(crate) policy: crate::Policy,
     /// The memory limit in bytes, as `limit_maxbytes` shows it (`cache_memlimit` changes
     /// it; the segments it allows are `PoolState::limit`).
     memory_limit: AtomicUsize,
@@ -163,20 +165,6 @@ struct Padded<T>(T);
 struct FlushState {
     oldest_live: AtomicU32,
     oldest_cas: AtomicU64,
-}
-
-/// How [`Store::evict_segment`] treats the live items of the segment it walks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WalkMode {
-    /// Room is needed: items read since their last second chance, and flash stubs
-    /// within their share of memory, are kept up to this many bytes; values the flash
-    /// tier wants go to flash while their stubs fit in it; the rest are evicted.
-    Evict(usize),
-    /// Keep every live item (compaction, `-M`).
-    KeepAll,
-    /// The flash tier's age pass: values not read since their last second chance and
-    /// stored at least this many seconds ago go to flash; everything else stays.
-    ToFlash(u32),
 }
 
 /// What a locked lookup found about an item.
@@ -546,7 +534,7 @@ impl Store {
         if self.peek_next_cas() <= 1 {
             return None;
         }
-        let front = self.pool_lock().sealed.front().map(|&(seg, _)| seg);
+        let front = self.pool_lock().sealed.oldest();
         let base = match front {
             Some(seg) => self.cas_base(seg),
             None => self
