@@ -24,6 +24,10 @@
 //! | `spin`           | the shard lock's raw lock                                          |
 //! | `item`           | the packed item header (byte layout diagram lives there)           |
 //! | `arith`          | memcached incr/decr number parsing and formatting                  |
+//! | `time_log`       | from CAS ids to seconds: each second's first id, thinned by age    |
+//! | [`classes`]      | memcached's slab classes, a lens for statistics only               |
+//! | [`flash`]        | the flash tier's files, pages and records (memcached's extstore)   |
+//! | [`memcached`]    | memcached's item sizes, for its size rule and per-class counters   |
 //!
 //! `unsafe` code lives in `segment` (segment memory, and records read at an address
 //! carried from a lock-free peek), `table` (its bucket arrays, and the lock-free peek of

@@ -17,6 +17,8 @@
 //!   `sweep_table` renders it into a section of its own.
 //! - [`tls`]: `--tls`, server CPU per request over TLS: memcached -Z,
 //!   ferrocache -Z and ferrocache plain; `tls_table` renders its section.
+//! - `output`: what a run writes: `--out`'s markdown, its hand-written notes
+//!   kept and the sweep's and TLS sections spliced in place, and the headline.
 //!
 //! ```text
 //!   for each closed-loop preset:

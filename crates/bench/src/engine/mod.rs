@@ -15,6 +15,13 @@
 //! The observer ([`run_observed`]) lets a caller measure something outside
 //! this process over exactly the measured window, e.g. a server's CPU time,
 //! without charging it for thousands of connects and closes.
+//!
+//! - `worker`: one thread's mio loop over its sessions, closed or open loop;
+//!   `stream`: a session's socket, plain or TLS, the one place that reads and
+//!   writes it; [`tls`]: the TLS transport under it; [`wire`]: the requests and
+//!   replies on it (through the `protocol` crate's client side).
+//! - `preload`: the keys written before the measured run; `alarm`: the open
+//!   loop's timerfd, to the microsecond.
 
 mod alarm;
 mod preload;

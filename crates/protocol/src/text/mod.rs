@@ -19,6 +19,9 @@
 //! (leading whitespace and `+` accepted, 32-bit truncation of 64-bit
 //! results); see `docs/protocol.md`.
 //!
+//! `frame` finds where a line ends (and cuts off a peer that sends none);
+//! `parse` turns one framed line into a request.
+//!
 //! The parser is the top of the text-protocol stack: it builds the types of
 //! [`crate::request`] from the tokens and numbers of [`crate::lex`], and hands
 //! meta commands to [`crate::meta`]. Those pieces are re-exported here, where

@@ -1,7 +1,13 @@
-//! The registries and services beside the request path: the expired-item crawler,
-//! `stats detail`'s per-prefix counters, `stats conns`, the two authentication
-//! schemes (SASL for binary, `-Y` for text), the TLS configuration, and `watch`'s log
-//! streams with their logger thread. None of them knows about `Shared`.
+//! The registries and services beside the request path, none of which knows about
+//! `Shared`:
+//!
+//! - [`crawler`]: the expired-item crawler and its tunables; [`prefix`]: `stats
+//!   detail`'s per-prefix counters; [`conns`]: `stats conns`;
+//! - [`sasl`]: SASL PLAIN for the binary protocol (`-S`); [`auth`]: `-Y`'s ASCII
+//!   authentication;
+//! - [`tls`]: the rustls configuration, `refresh_certs` and the TLS counters;
+//! - [`watch`]: `watch`'s log streams and their logger thread; [`verbose`]: the
+//!   `-vv` lines, formatted.
 
 pub mod auth;
 pub mod conns;

@@ -5,6 +5,8 @@
 //!   crawler threads. [`epoll`]: a worker on epoll; [`uring`]: the same worker on one
 //!   io_uring (`--io-backend=uring`); [`worker`]: what the two share.
 //! - [`net`]: TCP and UNIX listeners and streams; [`udp`]: memcached's UDP framing.
+//! - [`tls`]: one TLS connection's records between its socket and its `Conn`.
+//! - [`flash_io`]: the I/O threads that read flash values for text gets.
 //! - [`spin`]: adaptive busy polling.
 //! - [`metrics`]: `--metrics-listen`, Prometheus' `/metrics` on a thread of its own.
 //!

@@ -19,6 +19,9 @@
 //! it has drained; at most one send buffer plus the connection's own
 //! high-water mark of output is held.
 //!
+//! `drive` runs one connection's turn (its input, its replies, its receive armed
+//! or cancelled); `send` puts its replies on the ring.
+//!
 //! A connection is closed with `shutdown(2)` before its descriptor is
 //! released, because a multishot receive holds the socket open: a bare
 //! `close` would leave the peer without a FIN. Everything queued is

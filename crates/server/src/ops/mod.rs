@@ -9,6 +9,7 @@
 //!   outcome counters, with the unlink of a failed `set`; [`modify`]: delete, touch,
 //!   incr/decr; [`admin`]: flush_all, verbosity, cache_memlimit, stats reset and detail,
 //!   the authentication counters, shutdown.
+//! - [`watch`]: `watch`'s fetch and store event sites.
 //! - [`stats`]: the `stats` reports; [`slabs`]: the per-class ones (`stats items`,
 //!   `slabs`, `sizes`, `cachedump`); [`dump`]: `lru_crawler metadump`; [`metrics`]:
 //!   all of them in Prometheus' format, under memcached_exporter's names.

@@ -6,6 +6,9 @@
 //! pinned to be sent in place instead of copied ([`splice`]), and, over UDP, where
 //! each response message ends. Protocol code writes through the sink and never
 //! knows which backend sends the bytes.
+//!
+//! [`flash`] holds the flash reads of the connection being served: what its text gets
+//! deferred, and the values read since.
 
 pub mod flash;
 pub mod splice;

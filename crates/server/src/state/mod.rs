@@ -1,5 +1,6 @@
 //! `Shared`: the state every worker reads, built once at start-up: the settings,
 //! the store, the clock, the statistics registry and the admin registries.
+//! [`restart`] saves it into `-e`'s file at a graceful stop and loads it at start.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
 use std::sync::Arc;

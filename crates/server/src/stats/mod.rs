@@ -5,6 +5,8 @@
 //! cache line). `stats reset` does not write to the workers' counters; it
 //! records a baseline that later reports subtract, so a reset can never race
 //! with an increment.
+//!
+//! [`latency`] holds the per-command latency histograms (`stats latency`).
 
 pub mod latency;
 

@@ -18,6 +18,7 @@
 //! | `record.rs`  | the accessors of records in segment memory: the `unsafe` of records   |
 //! | `image.rs`   | memory images: the whole store saved and loaded back (warm restart)   |
 //! | `image_meta.rs` | an image's meta section: the store's state as little-endian fields |
+//! | `flash.rs`   | the store's side of the flash tier: stubs written, read back, compacted |
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};

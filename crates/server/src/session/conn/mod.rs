@@ -12,6 +12,11 @@
 //!  wbuf: [ written  | replies not yet written ]
 //!         0        wpos                      len
 //! ```
+//!
+//! Beside the request loop: `gets` (a request parsed ahead, a multi-get ended or
+//! paused, each request's latency class), `modes` (binary, not yet authenticated,
+//! metadump), `log` (the `-vv` lines), `memory` and [`buffers`] (the buffers taken at
+//! the first read and given back when idle).
 
 pub mod buffers;
 mod gets;
