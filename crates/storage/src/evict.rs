@@ -403,6 +403,7 @@ impl Store {
                 held,
                 stats,
                 me,
+                h,
                 hdr,
             };
             kept = self.apply_fate(fate, &mut walk, rec, item, kept, now);
@@ -459,6 +460,7 @@ impl Store {
             held,
             stats,
             me,
+            h,
             hdr,
         } = at;
         let (off, len) = (rec.off, rec.prefix.total_len());
@@ -495,7 +497,7 @@ impl Store {
                     }
                     None if or_evict => {
                         o.remove();
-                        self.evicted(held, stats, me, &hdr, walk.key(&rec), now);
+                        self.evicted(held, stats, me, h, &hdr, walk.key(&rec), now);
                         kept
                     }
                     None => {
@@ -509,22 +511,26 @@ impl Store {
             }
             Fate::Evict => {
                 o.remove();
-                self.evicted(held, stats, me, &hdr, walk.key(&rec), now);
+                self.evicted(held, stats, me, h, &hdr, walk.key(&rec), now);
                 kept
             }
         }
     }
 
-    /// Count an item that eviction unlinked, and tell the listener.
+    /// Count an item that eviction unlinked (entry `me`, key hash `h`), and tell the
+    /// policy and the listener.
+    #[allow(clippy::too_many_arguments)]
     fn evicted(
         &self,
         held: &LockHeld,
         stats: &mut ShardStats,
         me: u64,
+        h: u64,
         hdr: &Header,
         key: &[u8],
         now: RelTime,
     ) {
+        self.policy.evicted(h);
         let fetched = hdr.mark & MARK_FETCHED != 0;
         let vlen = hdr.prefix.vlen;
         let class = self.unlinked(held, stats, me);
@@ -748,6 +754,8 @@ struct Walking<'a> {
     held: &'a mut LockHeld,
     stats: &'a mut ShardStats,
     me: u64,
+    /// Its key's hash.
+    h: u64,
     hdr: Header,
 }
 

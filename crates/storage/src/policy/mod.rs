@@ -3,6 +3,10 @@
 //! carries out what it says (`evict.rs` takes segments and walks them, `store/*` set
 //! and read the marks); none of it decides.
 //!
+//! A store is built with a [`Policy`] value; [`build`] turns it into the two parts the
+//! engine holds: the [`PolicyState`] the store asks every question of (and where a
+//! policy keeps what it needs at run time), and the [`SealedQueue`] the pool holds.
+//!
 //! ```text
 //!   writer groups' open segments
 //!        │ full (or idle, for the flash tier's age pass): seal
@@ -220,18 +224,35 @@ impl Policy {
             Policy::NoEviction
         }
     }
+}
 
+/// The policy a store was built with, as the store consults it, and what it keeps while
+/// the store runs: nothing for today's two, where a policy that remembers recent
+/// evictions (a ghost list) would keep it. Every question the engine asks of the policy
+/// is one of its methods.
+#[derive(Debug)]
+pub(crate) struct PolicyState {
+    policy: Policy,
+}
+
+/// A new store's policy parts, for `policy` and a memory limit of `segments` segments:
+/// the state the store consults, and the queue of sealed segments the pool holds.
+pub(crate) fn build(policy: Policy, segments: usize) -> (PolicyState, SealedQueue) {
+    (PolicyState { policy }, SealedQueue::with_capacity(segments))
+}
+
+impl PolicyState {
     /// Whether live items are ever evicted. Without eviction an overwrite is not
     /// written in place either: memcached refuses any store once memory is full of live
     /// items, and only a new item reaches that check (`store/write.rs`).
     #[inline(always)]
-    pub(crate) const fn evicts(self) -> bool {
-        !matches!(self, Policy::NoEviction)
+    pub(crate) const fn evicts(&self) -> bool {
+        !matches!(self.policy, Policy::NoEviction)
     }
 
     /// The steps a writer tries, in order, when its open segment is full.
-    pub(crate) const fn room_order(self) -> &'static [Room] {
-        match self {
+    pub(crate) const fn room_order(&self) -> &'static [Room] {
+        match self.policy {
             Policy::FifoSecondChance => &FIFO_ORDER,
             Policy::NoEviction => &NO_EVICTION_ORDER,
         }
@@ -241,7 +262,7 @@ impl Policy {
     /// `size`: [`EVICT_KEEP`], never the room `len` needs (so that the first victim
     /// always has room), and nothing when the victim's CAS base is `ids_since_base`
     /// ids old, past [`AGED_BASE_IDS`].
-    pub(crate) fn evict_budget(self, size: usize, len: usize, ids_since_base: u64) -> usize {
+    pub(crate) fn evict_budget(&self, size: usize, len: usize, ids_since_base: u64) -> usize {
         if ids_since_base > AGED_BASE_IDS {
             0
         } else {
@@ -252,7 +273,7 @@ impl Policy {
     /// Bytes a retirement may keep of a segment of `size` when `excess` segments more
     /// than the budget hold items: [`RETIRE_KEEP`] when one, else nothing (memory comes
     /// down first).
-    pub(crate) fn retire_budget(self, size: usize, excess: usize) -> usize {
+    pub(crate) fn retire_budget(&self, size: usize, excess: usize) -> usize {
         if excess == 1 {
             RETIRE_KEEP.of(size)
         } else {
@@ -262,7 +283,7 @@ impl Policy {
 
     /// What the walk does with `item` in `mode`, `kept` bytes having been kept at the
     /// segment's front so far; `tier` is asked only when flash may take part.
-    pub(crate) fn fate(self, item: &Seen, mode: WalkMode, kept: usize, tier: &impl Tier) -> Fate {
+    pub(crate) fn fate(&self, item: &Seen, mode: WalkMode, kept: usize, tier: &impl Tier) -> Fate {
         if !item.live {
             return Fate::Unlink;
         }
@@ -304,35 +325,40 @@ impl Policy {
     /// The marks a read sets: a get, gat or touch, meta's bump, and a value copied back
     /// from flash because it was read.
     #[inline(always)]
-    pub(crate) const fn read_marks(self) -> u8 {
+    pub(crate) const fn read_marks(&self) -> u8 {
         READ_MARKS
     }
 
     /// Whether a read of an item marked `mark` must write its marks. In steady state an
     /// item read before is marked already, and a get writes nothing.
     #[inline(always)]
-    pub(crate) const fn read_marks_due(self, mark: u8) -> bool {
+    pub(crate) const fn read_marks_due(&self, mark: u8) -> bool {
         mark & self.read_marks() != self.read_marks()
     }
 
     /// The marks a new item is stored with (key hash `_h`), besides the meta protocol's.
     #[inline(always)]
-    pub(crate) const fn store_marks(self, _h: u64) -> u8 {
+    pub(crate) const fn store_marks(&self, _h: u64) -> u8 {
         0
     }
+
+    /// An eviction walk dropped a live item whose key hashes to `_h` (not an expired
+    /// one, nor one sent to flash): a policy that remembers recent evictions notes it.
+    #[inline(always)]
+    pub(crate) fn evicted(&self, _h: u64) {}
 
     /// The marks the new version of an item overwritten in place gets (every other one
     /// is reset as for a new item, besides the meta protocol's): read recently. It keeps
     /// its place in the queue, where a new version would be the newest, so the CLOCK
     /// gives it the trip round a new item would get.
     #[inline(always)]
-    pub(crate) const fn overwrite_marks(self) -> u8 {
+    pub(crate) const fn overwrite_marks(&self) -> u8 {
         MARK_ACCESSED
     }
 
     /// The marks a second chance clears.
     #[inline(always)]
-    pub(crate) const fn second_chance_clears(self) -> u8 {
+    pub(crate) const fn second_chance_clears(&self) -> u8 {
         MARK_ACCESSED
     }
 
@@ -340,7 +366,7 @@ impl Policy {
     /// reads since it went to flash are what make it hot (for recaching, and for its
     /// own second chance).
     #[inline(always)]
-    pub(crate) const fn stub_clears(self) -> u8 {
+    pub(crate) const fn stub_clears(&self) -> u8 {
         MARK_ACCESSED
     }
 
@@ -348,7 +374,7 @@ impl Policy {
     /// second chance (`evicted_active`, and the flash tier's compaction drops stubs
     /// that were not).
     #[inline(always)]
-    pub(crate) const fn read_recently(self, mark: u8) -> bool {
+    pub(crate) const fn read_recently(&self, mark: u8) -> bool {
         mark & MARK_ACCESSED != 0
     }
 
@@ -356,7 +382,7 @@ impl Policy {
     /// flash: memcached's rule copies back a value read at least twice recently. A stub
     /// starts without the read mark ([`Policy::stub_clears`]).
     #[inline(always)]
-    pub(crate) const fn read_since_stub(self, mark: u8) -> bool {
+    pub(crate) const fn read_since_stub(&self, mark: u8) -> bool {
         mark & READ_MARKS == READ_MARKS
     }
 }
@@ -366,6 +392,11 @@ mod tests {
     use super::*;
 
     const POLICIES: [Policy; 2] = [Policy::FifoSecondChance, Policy::NoEviction];
+
+    /// The state a store of `policy` consults.
+    fn state(policy: Policy) -> PolicyState {
+        build(policy, 4).0
+    }
 
     /// A tier with fixed answers that counts the questions.
     struct FakeTier {
@@ -416,7 +447,7 @@ mod tests {
     fn a_writer_tries_dead_then_compacted_then_fresh_segments_before_evicting() {
         use Room::*;
         assert_eq!(
-            Policy::FifoSecondChance.room_order(),
+            state(Policy::FifoSecondChance).room_order(),
             [
                 RetireExcess,
                 Dead,
@@ -428,18 +459,19 @@ mod tests {
         );
         // -M gives nothing back (nothing may be evicted to do it) and never evicts.
         assert_eq!(
-            Policy::NoEviction.room_order(),
+            state(Policy::NoEviction).room_order(),
             [Dead, Compact { live_divisor: 4 }, Fresh, CompactRoomy]
         );
         assert_eq!(Policy::default(), Policy::FifoSecondChance);
         assert_eq!(Policy::evicting(true), Policy::FifoSecondChance);
         assert_eq!(Policy::evicting(false), Policy::NoEviction);
-        assert!(Policy::FifoSecondChance.evicts() && !Policy::NoEviction.evicts());
+        assert!(state(Policy::FifoSecondChance).evicts());
+        assert!(!state(Policy::NoEviction).evicts());
     }
 
     #[test]
     fn the_keep_budgets() {
-        let p = Policy::FifoSecondChance;
+        let p = state(Policy::FifoSecondChance);
         let size = 1 << 20;
         assert_eq!(p.evict_budget(size, 100, 0), size / 4 * 3);
         // Never the room the writer needs.
@@ -456,7 +488,7 @@ mod tests {
 
     #[test]
     fn expired_items_are_unlinked_in_every_mode_under_every_policy() {
-        for p in POLICIES {
+        for p in POLICIES.map(state) {
             for mode in [
                 WalkMode::Evict(1 << 20),
                 WalkMode::KeepAll,
@@ -478,7 +510,8 @@ mod tests {
 
     /// Check each case's fate: the item, the walk's mode, the bytes kept before it and
     /// the tier's answers, then the fate expected.
-    fn expect(p: Policy, cases: &[(Item, WalkMode, usize, Answers, Fate)]) {
+    fn expect(policy: Policy, cases: &[(Item, WalkMode, usize, Answers, Fate)]) {
+        let p = state(policy);
         for &((live, read, stub), mode, kept, (share, takes, age), want) in cases {
             let got = p.fate(
                 &item(live, read, stub),
@@ -591,7 +624,7 @@ mod tests {
     #[test]
     fn what_reads_writes_and_second_chances_do_to_the_marks() {
         use crate::item::{MARK_KEY_BINARY, MARK_STALE};
-        for p in POLICIES {
+        for p in POLICIES.map(state) {
             assert_eq!(p.read_marks(), MARK_FETCHED | MARK_ACCESSED);
             assert!(p.read_marks_due(0));
             assert!(p.read_marks_due(MARK_FETCHED | MARK_STALE));

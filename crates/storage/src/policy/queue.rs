@@ -4,8 +4,7 @@
 //! Its representation is its own: the pool holds one under its mutex
 //! (`PoolState::sealed`), and every other module seals, takes and puts back segments
 //! through these methods, the memory image included ([`SealedQueue::entries`],
-//! [`SealedQueue::from_entries`]). Each entry is a segment id and the bytes written in
-//! it.
+//! [`SealedQueue::restore`]). Each entry is a segment id and the bytes written in it.
 
 use std::collections::VecDeque;
 
@@ -29,11 +28,10 @@ impl SealedQueue {
         }
     }
 
-    /// The queue as a memory image saved it ([`SealedQueue::entries`]), oldest first.
-    pub fn from_entries(entries: Vec<(u32, u32)>) -> SealedQueue {
-        SealedQueue {
-            segs: entries.into(),
-        }
+    /// Put back the entries a memory image saved ([`SealedQueue::entries`], oldest
+    /// first) in place of the queue's.
+    pub fn restore(&mut self, entries: Vec<(u32, u32)>) {
+        self.segs = entries.into();
     }
 
     /// Every entry, oldest first (what a memory image saves).
@@ -201,7 +199,8 @@ mod tests {
     fn entries_round_trip() {
         let q = queue(&[9, 2, 7]);
         let saved: Vec<_> = q.entries().collect();
-        let back = SealedQueue::from_entries(saved.clone());
+        let mut back = queue(&[1]);
+        back.restore(saved.clone());
         assert_eq!(back.entries().collect::<Vec<_>>(), saved);
         assert_eq!(back.oldest(), Some(9));
     }

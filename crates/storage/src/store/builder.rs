@@ -7,7 +7,6 @@ use std::sync::Mutex;
 
 use super::{store_budget, FlushState, Padded, Store, MAX_SHARDS};
 use crate::index::{Hint, ShardSlot};
-use crate::policy::SealedQueue;
 use crate::pool::{GroupSlot, PoolState, SegmentMeta};
 use crate::segment::LargePageRegion;
 use crate::{BuildError, Policy};
@@ -212,6 +211,7 @@ impl StoreBuilder {
             Some(cfg) => Some(crate::Flash::open(cfg).map_err(BuildError::Flash)?),
             None => None,
         };
+        let (policy, sealed) = crate::policy::build(self.policy, count);
         static STORES: AtomicU64 = AtomicU64::new(0);
         let classes = crate::SlabClasses::memcached(&self.classes);
         Ok(Store {
@@ -231,12 +231,12 @@ impl StoreBuilder {
             segment_size,
             pool: Mutex::new(PoolState {
                 free: (0..count as u32).rev().collect(),
-                sealed: SealedQueue::with_capacity(count),
+                sealed,
                 provisioned: count,
                 limit: count,
             }),
             groups: (0..groups).map(|_| GroupSlot::new()).collect(),
-            policy: self.policy,
+            policy,
             memory_limit: AtomicUsize::new(self.memory_limit),
             outside: AtomicUsize::new(0),
             item_size_max: self.item_size_max,

@@ -38,7 +38,6 @@ use super::image_meta::{Geometry, Meta};
 use super::Store;
 use crate::index::{unpack, ShardGuard, ShardStats};
 use crate::item;
-use crate::policy::SealedQueue;
 use crate::pool::PoolState;
 use crate::table::{IndexTable, BUCKET_WORDS};
 
@@ -500,7 +499,7 @@ impl Store {
             **g = *open;
         }
         frozen.pool.free = meta.free;
-        frozen.pool.sealed = SealedQueue::from_entries(meta.sealed);
+        frozen.pool.sealed.restore(meta.sealed);
         frozen.pool.provisioned = meta.provisioned as usize;
         frozen.pool.limit = meta.limit as usize;
         self.seed.store(meta.seed, Ordering::Relaxed);

@@ -79,7 +79,7 @@ pub struct Store {
     pub(crate) pool: Mutex<PoolState>,
     pub(crate) groups: Box<[GroupSlot]>,
     /// How room is made, and what reads and writes do to items' marks (`policy`).
-    pub(crate) policy: crate::Policy,
+    pub(crate) policy: crate::policy::PolicyState,
     /// The memory limit in bytes, as `limit_maxbytes` shows it (`cache_memlimit` changes
     /// it; the segments it allows are `PoolState::limit`).
     memory_limit: AtomicUsize,
