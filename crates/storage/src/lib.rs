@@ -8,7 +8,8 @@
 //! | module           | what it owns                                                      |
 //! |------------------|-------------------------------------------------------------------|
 //! | [`meta`]         | meta-protocol operations: items held under the lock, stale/win bits |
-//! | `evict`          | reservations, the policy's steps to room carried out, walks, sweeps |
+//! | `evict`          | reservations, the policy's steps to room carried out, the walks    |
+//! | `sweep`          | walks of the index: the expiry sweep, crawls, `metadump`           |
 //! | [`store`]        | [`Store`]: the struct, its shards and segments, stats, value pins  |
 //! | `store::builder` | [`StoreBuilder`] and the size limits it checks                     |
 //! | `store::read`    | get, gat, the prefetched multi-get stages, the locked search       |
@@ -67,11 +68,11 @@ mod pool;
 mod segment;
 mod spin;
 pub mod store;
+mod sweep;
 mod table;
 mod time_log;
 
 pub use classes::{ClassConfig, SlabClasses};
-pub use evict::Crawl;
 pub use flash::{Flash, FlashConfig, FlashStats, FlashTunables};
 pub use index::{ClassStats, Located};
 pub use item::StubLoc;
@@ -82,6 +83,7 @@ pub use store::{
     Evicted, EvictionSink, FlashAction, ImageError, ImageHead, ImageSource, ImageSummary, KeyHash,
     Peeked, Store, StoreBuilder, Visit, MEMCACHED_CAS_BYTES, PREFETCH_DISTANCE,
 };
+pub use sweep::Crawl;
 
 /// Seconds of server uptime. The server's clock starts at 1, so 0 never means "now".
 /// As an exptime, 0 means "never expires".

@@ -490,6 +490,17 @@ impl Store {
         class
     }
 
+    /// Count an expired or flushed item (entry `e`, marked `mark`), just removed from the
+    /// table of the locked shard `held` proves, as reclaimed.
+    pub(crate) fn reclaimed(&self, held: &LockHeld, stats: &mut ShardStats, e: u64, mark: u8) {
+        let class = self.unlinked(held, stats, e);
+        let c = stats.class_mut(class);
+        c.reclaimed += 1;
+        if mark & item::MARK_FETCHED == 0 {
+            c.expired_unfetched += 1;
+        }
+    }
+
     /// memcached's `ITEM_ntotal` of an item: what it would take there.
     #[inline]
     pub(crate) fn memcached_total(&self, klen: usize, vlen: usize, has_flags: bool) -> usize {
