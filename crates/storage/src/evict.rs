@@ -1,55 +1,38 @@
-//! Finding room: reservations in the open segment, eviction of the oldest segment with a
-//! second chance for accessed items, and the background expiry sweep.
+//! Finding room: reservations in the open segment, the steps by which a writer gets a
+//! segment when its own is full, and the walk that evicts or compacts a sealed segment.
+//! Which steps, in which order, and what a walk keeps are the policy's (`policy`); this
+//! module carries them out.
 //!
-//! Before evicting, a sealed segment at least half dead (overwritten or deleted items)
-//! is compacted keeping every live item (`compact_mostly_dead`); before a never-used
-//! segment is taken, one at least three quarters dead is, so that overwrites do not
-//! spread a small data set over all of `-m`.
-//!
-//! Eviction walks the oldest sealed segment item by item. For each item it locks the
-//! item's shard (one shard lock at a time, never two) and:
+//! A walk takes a sealed segment item by item. For each item it locks the item's shard
+//! (one shard lock at a time, never two) and, unless the item is no longer indexed
+//! (deleted, overwritten: dead space, dropped), asks the policy for its [`Fate`] and
+//! applies it:
 //!
 //! ```text
-//!   not in the index (deleted, overwritten)   -> dead space, dropped
-//!   expired or flushed                        -> unlinked  (reclaimed, expired_unfetched)
-//!   accessed since written, within budget     -> moved down to the segment's front,
-//!                                                accessed bit cleared (second chance)
-//!   otherwise                                 -> unlinked  (evictions, evicted_unfetched)
+//!   Unlink        expired or flushed      -> unlinked  (reclaimed, expired_unfetched)
+//!   Keep          compaction, stubs       -> moved down to the segment's front
+//!   SecondChance  read since written      -> moved down, read mark cleared
+//!   Flash         a value the tier wants  -> written to flash, a stub moved down
+//!   Evict         otherwise               -> unlinked  (evictions, evicted_unfetched)
 //! ```
 //!
 //! Survivors are compacted in place toward offset 0 (each move runs under the moved
 //! item's shard lock, and only ever over bytes already unlinked or moved), and the
-//! segment is reopened for writing after them. This is CLOCK over FIFO segments: an item
-//! read at least once per trip round the pool survives, so hot keys stay cached while the
-//! memory cost stays one bit per item. With evictions disabled (`-M`) the same walk keeps
-//! every live item and only reclaims dead and expired space.
+//! segment is reopened for writing after them.
 
 use std::sync::atomic::Ordering;
 
-use crate::index::{pack, LockHeld, Shard, ShardStats};
-use crate::item::{self, Header, NewItem, MARK_ACCESSED, MARK_FETCHED};
+use crate::index::{pack, unpack, LockHeld, Shard, ShardStats};
+use crate::item::{self, Header, NewItem, MARK_FETCHED};
+use crate::policy::{Fate, Room, Seen, Tier, WalkMode, DEAD_SCAN_SEGMENTS};
 use crate::pool::{writer_id, Reservation};
-use crate::store::{Liveness, Store, WalkMode};
-use crate::table::IndexTable;
-use crate::{DumpCursor, DumpItem, RelTime, Swept};
+use crate::store::{Liveness, Store, Walk, Walked};
+use crate::table::OccupiedEntry;
+use crate::RelTime;
 
-/// Sealed segments, oldest first, that [`Store::take_dead_segment`] looks at: a bound on
-/// the scan made once per segment filled, whatever the memory size.
-const DEAD_SCAN_SEGMENTS: usize = 256;
-/// Before a never-used segment is taken, a sealed one with at most 1/this of its bytes
-/// live is compacted and reused instead (see `acquire_segment`).
-const EARLY_COMPACT_LIVE_DIVISOR: usize = 4;
 /// Segments given back per segment acquired while over a lowered memory limit: more
 /// than one, so that memory comes down while items are written.
 const RETIRE_PER_ACQUIRE: usize = 2;
-/// Buckets the sweep examines per shard lock hold, to keep lock hold times short.
-const SWEEP_CHUNK_BUCKETS: usize = 512;
-/// Least number of index buckets one sweep call examines.
-const SWEEP_MIN_BUCKETS: usize = 65_536;
-/// Most index buckets one sweep call examines (about 10-30 ms of one core when most
-/// buckets are full), so a once-a-second sweep costs at most a few percent of a core.
-const SWEEP_MAX_BUCKETS: usize = 262_144;
-
 impl Store {
     /// Reserve room for `new` in this thread's group's open segment, finding a new
     /// segment if it is full, and take its CAS id: the record is narrow when the id is
@@ -120,7 +103,7 @@ impl Store {
                     });
                 }
                 *active = None;
-                self.pool_lock().sealed.push_back((seg, top));
+                self.pool_lock().sealed.seal(seg, top);
             }
             *active = Some(self.acquire_segment(new.total_len(true), now)?);
         }
@@ -152,91 +135,96 @@ impl Store {
         self.release(r);
     }
 
-    /// A segment with at least `len` free bytes: (id, bytes used). Called with the group
-    /// lock held and no shard lock.
+    /// A segment with at least `len` free bytes: (id, bytes used), from the first of the
+    /// policy's steps ([`Policy::room_order`](crate::Policy)) that has one. `None` only
+    /// when none has (`-M` with memory full of live items). Called with the group lock
+    /// held and no shard lock.
     fn acquire_segment(&self, len: usize, now: RelTime) -> Option<(u32, u32)> {
-        if self.evictions {
-            self.retire_excess(now);
+        for &step in self.policy.room_order() {
+            let found = match step {
+                Room::RetireExcess => {
+                    self.retire_excess(now);
+                    None
+                }
+                Room::Dead => self.take_dead_segment().map(|seg| (self.rebase(seg), 0)),
+                Room::Compact { live_divisor } => self.compact_mostly_dead(len, live_divisor, now),
+                Room::Fresh => self.take_fresh_segment().map(|seg| (self.rebase(seg), 0)),
+                Room::Evict => self.evict_for(len, now),
+                Room::CompactRoomy => self.compact_roomy(len, now),
+            };
+            if found.is_some() {
+                return found;
+            }
         }
-        if let Some(seg) = self.take_dead_segment() {
-            return Some((self.rebase(seg), 0));
-        }
-        if let Some(found) = self.compact_mostly_dead(len, EARLY_COMPACT_LIVE_DIVISOR, now) {
-            return Some(found);
-        }
+        None
+    }
+
+    /// A never-used segment (or one retired by a lowered limit), given its memory, while
+    /// fewer segments than the budget allows hold items.
+    fn take_fresh_segment(&self) -> Option<u32> {
         let index_bytes = self.index_bytes();
-        let fresh = {
+        let seg = {
             let mut pool = self.pool_lock();
             if pool.in_use() < self.segments_allowed(&pool, index_bytes) {
                 pool.free.pop()
             } else {
                 None
             }
-        };
-        if let Some(seg) = fresh {
-            self.allocate_segment(seg);
-            return Some((self.rebase(seg), 0));
-        }
+        }?;
+        self.allocate_segment(seg);
+        Some(seg)
+    }
+
+    /// Evict the policy's victims until one has room for `len` bytes after what it keeps
+    /// (the first one always has: the budget leaves that room; the loop is only
+    /// defensive). A victim a reader holds a pin in goes round once more.
+    fn evict_for(&self, len: usize, now: RelTime) -> Option<(u32, u32)> {
         let size = self.segment_size;
-        if self.evictions {
-            if let Some(found) = self.compact_mostly_dead(len, 2, now) {
-                return Some(found);
+        for _ in 0..self.segments.len() {
+            let (seg, top) = self.pool_lock().sealed.pop_victim()?;
+            if !self.close_to_pins(seg) {
+                // A reader is sending one of its values.
+                self.pool_lock().sealed.requeue(seg, top);
+                continue;
             }
-            // Retained items (read ones and flash stubs) never take more than three
-            // quarters of a segment, nor the room `len` needs, so the first victim always
-            // has room (the loop is only defensive) and every eviction frees at least a
-            // quarter. Half, before, dropped the read items of a segment past its middle:
-            // 2 000 hot 256-byte keys written together lost their last 83 to a stream of
-            // large sets, though read a hundred times a second.
-            let budget = (size / 4 * 3).min(size - len);
-            for _ in 0..self.segments.len() {
-                let victim = self.pool_lock().sealed.pop_front()?;
-                if !self.close_to_pins(victim.0) {
-                    // A reader is sending one of its values: it goes round once more.
-                    self.pool_lock().sealed.push_back(victim);
-                    continue;
-                }
-                // A segment whose base is half a span old keeps nothing, so that it
-                // starts again from a fresh base: otherwise the items written after its
-                // kept ones would soon all be wide.
-                let aged =
-                    self.peek_next_cas() - self.cas_base(victim.0) > item::NARROW_CAS_SPAN / 2;
-                let mode = WalkMode::Evict(if aged { 0 } else { budget });
-                let used = self.evict_segment(victim.0, victim.1, mode, now).0;
-                self.direct_reclaims.fetch_add(1, Ordering::Relaxed);
-                self.reopen_to_pins(victim.0);
-                if used == 0 {
-                    self.rebase(victim.0);
-                }
-                if used as usize + len <= size {
-                    return Some((victim.0, used));
-                }
-                self.pool_lock().sealed.push_back((victim.0, used));
+            let age = self.peek_next_cas() - self.cas_base(seg);
+            let mode = WalkMode::Evict(self.policy.evict_budget(size, len, age));
+            let used = self.evict_segment(seg, top, mode, now).0;
+            self.direct_reclaims.fetch_add(1, Ordering::Relaxed);
+            self.reopen_to_pins(seg);
+            if used == 0 {
+                self.rebase(seg);
             }
-            None
-        } else {
-            // -M: compact the oldest segment that has enough dead space, keeping every
-            // live item. Expired items still counted live are left to the sweeper.
-            let candidate = {
-                let mut pool = self.pool_lock();
-                let at = pool.sealed.iter().position(|&(seg, _)| {
-                    let live = self.segments[seg as usize]
-                        .live_bytes
-                        .load(Ordering::Relaxed);
-                    size.saturating_sub(live as usize) >= len && self.close_to_pins(seg)
-                });
-                at.and_then(|i| pool.sealed.remove(i))
-            };
-            let (seg, top) = candidate?;
-            self.compact_closed(seg, top, len, now)
+            if used as usize + len <= size {
+                return Some((seg, used));
+            }
+            self.pool_lock().sealed.requeue(seg, used);
         }
+        None
+    }
+
+    /// -M: compact the oldest segment that has enough dead space, keeping every live
+    /// item. Expired items still counted live are left to the sweeper.
+    fn compact_roomy(&self, len: usize, now: RelTime) -> Option<(u32, u32)> {
+        let size = self.segment_size;
+        let roomy = |seg: u32| {
+            let live = self.segments[seg as usize]
+                .live_bytes
+                .load(Ordering::Relaxed);
+            size.saturating_sub(live as usize) >= len && self.close_to_pins(seg)
+        };
+        let (_, seg, top) = self
+            .pool_lock()
+            .sealed
+            .take_first(usize::MAX, roomy, |_| true)?;
+        self.compact_closed(seg, top, len, now)
     }
 
     /// After `cache_memlimit` lowered the limit, or the index grew: while more segments
     /// hold items than the budget allows, empty up to [`RETIRE_PER_ACQUIRE`] of them (a
-    /// dead one if there is one, else the oldest, evicting what the CLOCK does not keep)
-    /// and give their pages back to the kernel. Called on the way to a new segment, so
-    /// memory comes down as items are written.
+    /// dead one if there is one, else the policy's victim, evicting what it does not
+    /// keep) and give their pages back to the kernel. Called on the way to a new
+    /// segment, so memory comes down as items are written.
     fn retire_excess(&self, now: RelTime) {
         let index_bytes = self.index_bytes();
         for _ in 0..RETIRE_PER_ACQUIRE {
@@ -251,33 +239,28 @@ impl Store {
             let seg = match self.take_dead_segment() {
                 Some(seg) => seg,
                 None => {
-                    let Some(victim) = self.pool_lock().sealed.pop_front() else {
+                    let Some((victim, top)) = self.pool_lock().sealed.pop_victim() else {
                         return;
                     };
-                    if !self.close_to_pins(victim.0) {
-                        self.pool_lock().sealed.push_back(victim);
+                    if !self.close_to_pins(victim) {
+                        self.pool_lock().sealed.requeue(victim, top);
                         return;
                     }
-                    // One segment over (the index grew by a step): the CLOCK's second
-                    // chance still holds, items read since their last one are kept (up
-                    // to half the segment) and the segment goes back to the FIFO; when it
-                    // comes round again they go unless read again. Without it the index's
-                    // growth dropped the hot items of the oldest segment. Further over (a
-                    // lower `cache_memlimit`), memory comes down first: nothing is kept.
-                    let budget = if excess == 1 {
-                        self.segment_size / 2
-                    } else {
-                        0
-                    };
+                    // One segment over (the index grew by a step): the second chance
+                    // still holds, and the segment goes back to the queue with what it
+                    // kept; when it comes round again they go unless read again. Without
+                    // it the index's growth dropped the hot items of the oldest segment.
+                    // Further over (a lower `cache_memlimit`), memory comes down first.
+                    let budget = self.policy.retire_budget(self.segment_size, excess);
                     let kept = self
-                        .evict_segment(victim.0, victim.1, WalkMode::Evict(budget), now)
+                        .evict_segment(victim, top, WalkMode::Evict(budget), now)
                         .0;
-                    self.reopen_to_pins(victim.0);
+                    self.reopen_to_pins(victim);
                     if kept > 0 {
-                        self.pool_lock().sealed.push_back((victim.0, kept));
+                        self.pool_lock().sealed.requeue(victim, kept);
                         continue;
                     }
-                    victim.0
+                    victim
                 }
             };
             // Under -k the pages stay: locked memory is not given back (and the kernel
@@ -292,9 +275,9 @@ impl Store {
         }
     }
 
-    /// Compact sealed segment `seg` (taken off the FIFO and closed to pins), keeping
+    /// Compact sealed segment `seg` (taken off the queue and closed to pins), keeping
     /// every live item, and hand it out if `len` bytes fit after them; otherwise it
-    /// goes back to the FIFO.
+    /// goes back to the queue.
     fn compact_closed(&self, seg: u32, top: u32, len: usize, now: RelTime) -> Option<(u32, u32)> {
         let used = self.evict_segment(seg, top, WalkMode::KeepAll, now).0;
         self.reopen_to_pins(seg);
@@ -304,7 +287,7 @@ impl Store {
         if used as usize + len <= self.segment_size {
             Some((seg, used))
         } else {
-            self.pool_lock().sealed.push_back((seg, used));
+            self.pool_lock().sealed.requeue(seg, used);
             None
         }
     }
@@ -326,28 +309,24 @@ impl Store {
     /// that lock is done with it before the segment is written again, and a value pin
     /// taken under that lock is seen (see the `pin` module).
     fn take_dead_segment(&self) -> Option<u32> {
+        let dead = |seg: u32| {
+            let meta = &self.segments[seg as usize];
+            meta.pending.load(Ordering::Acquire) == 0
+                && meta.live_bytes.load(Ordering::Acquire) == 0
+                && !self.has_pins(seg)
+        };
         let mut pool = self.pool_lock();
-        let at = pool
-            .sealed
-            .iter()
-            .take(DEAD_SCAN_SEGMENTS)
-            .position(|&(seg, _)| {
-                let meta = &self.segments[seg as usize];
-                meta.pending.load(Ordering::Acquire) == 0
-                    && meta.live_bytes.load(Ordering::Acquire) == 0
-                    && !self.has_pins(seg)
-            })?;
-        pool.sealed.remove(at).map(|(seg, _)| seg)
+        let (_, seg, _) = pool.sealed.take_first(DEAD_SCAN_SEGMENTS, dead, |_| true)?;
+        Some(seg)
     }
 
     /// Compact, keeping every live item, the sealed segment with the fewest live bytes
     /// among the oldest [`DEAD_SCAN_SEGMENTS`], when at most `1/live_divisor` of it is
     /// live (the rest overwritten or deleted since). `None` when no segment is that
-    /// empty: then a never-used segment is taken (divisor 4, before one is), or the
-    /// oldest one is evicted (divisor 2, when memory is full).
+    /// empty: then the policy's next step is tried.
     ///
     /// Without this, overwrites fill the log with dead versions that are only reclaimed
-    /// when their segment reaches the head of the FIFO, and that eviction also drops the
+    /// when their segment reaches the head of the queue, and that eviction also drops the
     /// live items beside them that were not read since: under Zipf sets of hot keys the
     /// store held about a quarter of the items it had room for. Moving at most half a
     /// segment's bytes to free at least the other half keeps the cold live items until
@@ -359,35 +338,26 @@ impl Store {
         now: RelTime,
     ) -> Option<(u32, u32)> {
         let size = self.segment_size;
-        let (seg, top) = {
-            let mut pool = self.pool_lock();
-            let (at, live) = pool
-                .sealed
-                .iter()
-                .take(DEAD_SCAN_SEGMENTS)
-                .enumerate()
-                .map(|(i, &(seg, _))| {
-                    let live = self.segments[seg as usize]
-                        .live_bytes
-                        .load(Ordering::Relaxed);
-                    (i, live as usize)
-                })
-                .min_by_key(|&(_, live)| live)?;
-            if live > size / live_divisor
-                || live + len > size
-                || !self.close_to_pins(pool.sealed[at].0)
-            {
-                return None;
-            }
-            pool.sealed.remove(at)?
+        let live = |seg: u32| {
+            self.segments[seg as usize]
+                .live_bytes
+                .load(Ordering::Relaxed) as usize
         };
+        let empty_enough = |seg: u32, live: usize| {
+            live <= size / live_divisor && live + len <= size && self.close_to_pins(seg)
+        };
+        let (seg, top) =
+            self.pool_lock()
+                .sealed
+                .take_least(DEAD_SCAN_SEGMENTS, live, empty_enough)?;
         self.compact_closed(seg, top, len, now)
     }
 
     /// Walk sealed segment `seg` (bytes `0..top`), drop, keep or send to flash each
-    /// item as `mode` says, compact the kept ones to the front and return how many
-    /// bytes they take, and how many values the age pass (`WalkMode::ToFlash`) left in
-    /// RAM only because they were read since their last second chance.
+    /// item as the policy's [`Fate`] for it in `mode` says, compact the kept ones to the
+    /// front and return how many bytes they take, and how many values the age pass
+    /// (`WalkMode::ToFlash`) left in RAM only because they were read since their last
+    /// second chance.
     pub(crate) fn evict_segment(
         &self,
         seg: u32,
@@ -397,141 +367,162 @@ impl Store {
     ) -> (u32, u32) {
         // Writers that reserved space before the segment was sealed finish quickly: they
         // only need their own shard lock, and we hold none.
-        // SAFETY: every caller took `seg` off the sealed FIFO and closed it to pins
+        // SAFETY: every caller took `seg` off the sealed queue and closed it to pins
         // (`close_to_pins`) before this call, and gives it back only after it returns.
         let mut walk = unsafe { self.walk_sealed(seg, top) };
         // Bytes kept at the segment's front.
         let mut kept = 0usize;
         let mut spared = 0u32;
         while let Some(rec) = walk.next_record() {
-            let off = rec.off;
-            let len = rec.prefix.total_len();
             // The key's borrow ends with the hash, before any move.
             let h = crate::index::hash_key(self.seed(), walk.key(&rec));
             let mut shard = self.shard_for(h).lock();
             let Shard {
                 table, stats, held, ..
             } = &mut *shard;
-            let me = pack(seg, off as u32);
-            let Some(mut o) = table.find_entry(h, |e| e == me) else {
+            let me = pack(seg, rec.off as u32);
+            let Some(o) = table.find_entry(h, |e| e == me) else {
+                // Not indexed: dead space, dropped.
                 continue;
             };
             let hdr: Header = self.header(held, me);
-            let fetched = hdr.mark & MARK_FETCHED != 0;
-            let accessed = hdr.mark & MARK_ACCESSED != 0;
-            let mut live = self.liveness(&hdr, now);
-            // A stub whose page was reused holds nothing any more: dropped like an
-            // expired item, not counted as an eviction.
-            if hdr.prefix.flash && live == Liveness::Live && !self.stub_current(held, me) {
-                live = Liveness::Expired;
+            let fate = self.fate_of(held, me, &hdr, rec.prefix.total_len(), mode, kept, now);
+            if fate == Fate::SecondChance && matches!(mode, WalkMode::ToFlash(_)) {
+                spared += 1;
             }
-            let fate = match (live, mode) {
-                (Liveness::Expired | Liveness::Flushed, _) => Fate::Unlink,
-                (Liveness::Live, WalkMode::KeepAll) => Fate::Keep,
-                // Read items (stubs among them) get their second chance.
-                (Liveness::Live, WalkMode::Evict(budget)) if accessed && kept + len <= budget => {
-                    Fate::SecondChance
-                }
-                // Unread stubs are kept too: they are small (a header, the key and 16
-                // bytes) and stand for a value on flash, whose page evictions decide how
-                // long it stays; past their share of memory they go as items do.
-                (Liveness::Live, WalkMode::Evict(budget))
-                    if hdr.prefix.flash && kept + len <= budget && self.stubs_within_share() =>
-                {
-                    Fate::Keep
-                }
-                // Read items past the second-chance budget go to flash as well: a
-                // value read once is no less worth keeping than one never read.
-                (Liveness::Live, WalkMode::Evict(budget))
-                    if self.stubs_within_share() && self.flash_wants(&hdr, kept, budget, now) =>
-                {
-                    Fate::Flash { or_evict: true }
-                }
-                (Liveness::Live, WalkMode::Evict(_)) => Fate::Evict,
-                // The age pass sends old, unread values, and gives the read ones a second
-                // chance (memcached's writer takes an item read once, not one read
-                // again); everything else stays as it is.
-                (Liveness::Live, WalkMode::ToFlash(age))
-                    if now.saturating_sub(self.time_log.time_of(hdr.cas)) >= age
-                        && self.flash_wants(&hdr, 0, usize::MAX, now) =>
-                {
-                    if accessed {
-                        spared += 1;
-                        Fate::SecondChance
-                    } else {
-                        Fate::Flash { or_evict: false }
-                    }
-                }
-                (Liveness::Live, WalkMode::ToFlash(_)) => Fate::Keep,
+            let item = Walking {
+                o,
+                held,
+                stats,
+                me,
+                h,
+                hdr,
             };
-            match fate {
-                Fate::Unlink => {
-                    o.remove();
-                    let class = self.unlinked(held, stats, me);
-                    let c = stats.class_mut(class);
-                    c.reclaimed += 1;
-                    if !fetched {
-                        c.expired_unfetched += 1;
-                    }
-                }
-                Fate::Keep | Fate::SecondChance => {
-                    // Moved down over bytes already unlinked or moved, under the item's
-                    // shard lock (rule 2).
-                    let prefix = rec.prefix;
-                    let dest = walk.keep(held, rec);
-                    if dest != off {
-                        o.replace(pack(seg, dest as u32));
-                    }
-                    kept += len;
-                    if fate == Fate::SecondChance {
-                        let w = walk.window(held, dest, prefix);
-                        item::clear_mark(w, MARK_ACCESSED);
-                        let ntotal =
-                            self.memcached_total(prefix.klen, prefix.vlen, prefix.has_flags);
-                        stats.class_mut(self.classes.class_of(ntotal)).retained += 1;
-                    }
-                }
-                Fate::Flash { or_evict } => {
-                    // Its value goes to flash and the item stays indexed as a stub at the
-                    // front of the kept records (`store/flash.rs`); if the flash write
-                    // fails it is evicted like any other, or kept by the age pass.
-                    match self.to_flash(&mut walk, &rec, held, stats, me) {
-                        Some(dest) => {
-                            o.replace(pack(seg, dest as u32));
-                            kept = walk.front();
-                        }
-                        None if or_evict => {
-                            o.remove();
-                            self.evicted(held, stats, me, &hdr, walk.key(&rec), now);
-                        }
-                        None => {
-                            let dest = walk.keep(held, rec);
-                            if dest != off {
-                                o.replace(pack(seg, dest as u32));
-                            }
-                            kept += len;
-                        }
-                    }
-                }
-                Fate::Evict => {
-                    o.remove();
-                    self.evicted(held, stats, me, &hdr, walk.key(&rec), now);
-                }
-            }
+            kept = self.apply_fate(fate, &mut walk, rec, item, kept, now);
         }
         (walk.front() as u32, spared)
     }
 
-    /// Count an item that eviction unlinked, and tell the listener.
+    /// The policy's fate for indexed item `me` (header `hdr`, a record of `len` bytes)
+    /// in a walk in `mode` that has kept `kept` bytes so far; its shard lock is `held`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn fate_of(
+        &self,
+        held: &LockHeld,
+        me: u64,
+        hdr: &Header,
+        len: usize,
+        mode: WalkMode,
+        kept: usize,
+        now: RelTime,
+    ) -> Fate {
+        // A stub whose page was reused holds nothing any more: dropped like an expired
+        // item, not counted as an eviction.
+        let live = self.liveness(hdr, now) == Liveness::Live
+            && (!hdr.prefix.flash || self.stub_current(held, me));
+        let seen = Seen {
+            live,
+            mark: hdr.mark,
+            stub: hdr.prefix.flash,
+            len,
+        };
+        let tier = ItemTier {
+            store: self,
+            hdr,
+            now,
+        };
+        self.policy.fate(&seen, mode, kept, &tier)
+    }
+
+    /// Carry out `fate` for the walk's record `rec`, the item `at` indexes, and return
+    /// the bytes kept at the segment's front from now on (`kept` so far).
+    #[inline]
+    fn apply_fate(
+        &self,
+        fate: Fate,
+        walk: &mut Walk<'_>,
+        rec: Walked,
+        at: Walking<'_>,
+        kept: usize,
+        now: RelTime,
+    ) -> usize {
+        let Walking {
+            mut o,
+            held,
+            stats,
+            me,
+            h,
+            hdr,
+        } = at;
+        let (off, len) = (rec.off, rec.prefix.total_len());
+        match fate {
+            Fate::Unlink => {
+                o.remove();
+                self.reclaimed(held, stats, me, hdr.mark);
+                kept
+            }
+            Fate::Keep | Fate::SecondChance => {
+                // Moved down over bytes already unlinked or moved, under the item's
+                // shard lock (rule 2).
+                let prefix = rec.prefix;
+                let dest = walk.keep(held, rec);
+                if dest != off {
+                    o.replace(pack(unpack(me).0, dest as u32));
+                }
+                if fate == Fate::SecondChance {
+                    let w = walk.window(held, dest, prefix);
+                    item::clear_mark(w, self.policy.second_chance_clears());
+                    let ntotal = self.memcached_total(prefix.klen, prefix.vlen, prefix.has_flags);
+                    stats.class_mut(self.classes.class_of(ntotal)).retained += 1;
+                }
+                kept + len
+            }
+            Fate::Flash { or_evict } => {
+                // Its value goes to flash and the item stays indexed as a stub at the
+                // front of the kept records (`store/flash.rs`); if the flash write fails
+                // it is evicted like any other, or kept by the age pass.
+                match self.to_flash(walk, &rec, held, stats, me) {
+                    Some(dest) => {
+                        o.replace(pack(unpack(me).0, dest as u32));
+                        walk.front()
+                    }
+                    None if or_evict => {
+                        o.remove();
+                        self.evicted(held, stats, me, h, &hdr, walk.key(&rec), now);
+                        kept
+                    }
+                    None => {
+                        let dest = walk.keep(held, rec);
+                        if dest != off {
+                            o.replace(pack(unpack(me).0, dest as u32));
+                        }
+                        kept + len
+                    }
+                }
+            }
+            Fate::Evict => {
+                o.remove();
+                self.evicted(held, stats, me, h, &hdr, walk.key(&rec), now);
+                kept
+            }
+        }
+    }
+
+    /// Count an item that eviction unlinked (entry `me`, key hash `h`), and tell the
+    /// policy and the listener.
+    #[allow(clippy::too_many_arguments)]
     fn evicted(
         &self,
         held: &LockHeld,
         stats: &mut ShardStats,
         me: u64,
+        h: u64,
         hdr: &Header,
         key: &[u8],
         now: RelTime,
     ) {
+        self.policy.evicted(h);
         let fetched = hdr.mark & MARK_FETCHED != 0;
         let vlen = hdr.prefix.vlen;
         let class = self.unlinked(held, stats, me);
@@ -539,7 +530,7 @@ impl Store {
         let c = stats.class_mut(class);
         c.evicted += 1;
         c.evicted_time = now.saturating_sub(written);
-        if hdr.mark & MARK_ACCESSED != 0 {
+        if self.policy.read_recently(hdr.mark) {
             c.evicted_active += 1;
         }
         if hdr.exptime != 0 {
@@ -559,202 +550,38 @@ impl Store {
             });
         }
     }
-
-    /// `lru_crawler metadump`: call `f` for each live item from `cursor` on, walking each
-    /// shard's index in chunks of at most [`SWEEP_CHUNK_BUCKETS`] positions under its
-    /// lock, until about `max_positions` positions have been looked at. False once every
-    /// shard has been walked (the cursor is then spent).
-    ///
-    /// Like memcached's crawler it is no snapshot: an item stored or moved by a table's
-    /// growth during a dump may be shown twice or not at all; an item alive throughout
-    /// and not moved is shown once.
-    pub fn dump(
-        &self,
-        cursor: &mut DumpCursor,
-        now: RelTime,
-        max_positions: usize,
-        mut f: impl FnMut(DumpItem<'_>),
-    ) -> bool {
-        let mut budget = max_positions.max(1);
-        while budget > 0 {
-            if cursor.shard >= self.shards.len() {
-                return false;
-            }
-            let shard = self.shard_at(cursor.shard).lock();
-            let positions = shard.table.positions();
-            let start = cursor.position.min(positions);
-            let end = (start + SWEEP_CHUNK_BUCKETS.min(budget)).min(positions);
-            for i in start..end {
-                let Some(e) = shard.table.get(i) else {
-                    continue;
-                };
-                let hdr = self.header(&shard.held, e);
-                if self.liveness(&hdr, now) != Liveness::Live {
-                    continue;
-                }
-                // We hold the lock of the shard indexing `e` (rule 2).
-                let bytes = self.item_bytes(&shard.held, e);
-                let ko = hdr.prefix.key_offset();
-                let value_len = if hdr.prefix.flash {
-                    Self::stub_loc(bytes).vlen as usize
-                } else {
-                    hdr.prefix.vlen
-                };
-                f(DumpItem {
-                    key: &bytes[ko..ko + hdr.prefix.klen],
-                    value_len,
-                    flags: hdr.flags,
-                    exptime: hdr.exptime,
-                    time: self.item_time(&hdr),
-                    cas: hdr.cas,
-                    fetched: hdr.mark & MARK_FETCHED != 0,
-                    class: self.classes.class_of(self.memcached_total(
-                        hdr.prefix.klen,
-                        hdr.prefix.vlen,
-                        hdr.prefix.has_flags,
-                    )),
-                });
-            }
-            budget = budget.saturating_sub(end - start + 1);
-            cursor.walked(end, positions);
-        }
-        cursor.shard < self.shards.len()
-    }
-
-    /// Background step for the server's maintenance thread (about once a second): walk a
-    /// bounded slice of the index and unlink up to `max_items` expired or flushed items.
-    /// Returns how many items it looked at and unlinked. Resumes where the last call
-    /// stopped.
-    ///
-    /// One call examines `4 * max_items` index buckets, clamped to 64 Ki..256 Ki, taking
-    /// each shard lock for at most 512 buckets at a time.
-    pub fn sweep_expired(&self, now: RelTime, max_items: usize) -> Swept {
-        let mut budget = max_items
-            .saturating_mul(4)
-            .clamp(SWEEP_MIN_BUCKETS, SWEEP_MAX_BUCKETS);
-        let mut removed = 0;
-        let mut checked = 0;
-        let mut shards_done = 0;
-        while budget > 0 && removed < max_items && shards_done <= self.shards.len() {
-            let si = self.sweep_shard.load(Ordering::Relaxed) & self.shard_mask;
-            let mut shard = self.shard_at(si).lock();
-            let Shard {
-                table,
-                stats,
-                sweep_bucket,
-                held,
-            } = &mut *shard;
-            let buckets = table.positions();
-            let start = (*sweep_bucket).min(buckets);
-            let end = (start + SWEEP_CHUNK_BUCKETS.min(budget)).min(buckets);
-            let mut i = start;
-            while i < end && removed < max_items {
-                if let Some(e) = table.get(i) {
-                    checked += 1;
-                    if self.unlink_if_dead(held, table, stats, i, e, now) {
-                        removed += 1;
-                    }
-                }
-                i += 1;
-            }
-            budget = budget.saturating_sub(i - start).saturating_sub(1);
-            if i >= buckets {
-                *sweep_bucket = 0;
-                self.sweep_shard.store(si + 1, Ordering::Relaxed);
-                shards_done += 1;
-            } else {
-                *sweep_bucket = i;
-            }
-        }
-        Swept {
-            checked,
-            unlinked: removed,
-        }
-    }
-
-    /// One step of a crawl that `lru_crawler crawl` asked for: from `cursor` on, walk
-    /// about `max_positions` index positions, each shard's in chunks of at most
-    /// [`SWEEP_CHUNK_BUCKETS`] under its lock, and unlink the expired and flushed items
-    /// found. `more` is false once every shard has been walked (the cursor is then spent).
-    /// Unlike [`Store::sweep_expired`] it has its own cursor, so a crawl covers the whole
-    /// index once, whatever the background sweep is doing.
-    pub fn crawl(&self, cursor: &mut DumpCursor, now: RelTime, max_positions: usize) -> Crawl {
-        let mut swept = Swept::default();
-        let mut budget = max_positions.max(1);
-        while budget > 0 {
-            if cursor.shard >= self.shards.len() {
-                return Crawl { swept, more: false };
-            }
-            let mut shard = self.shard_at(cursor.shard).lock();
-            let Shard {
-                table, stats, held, ..
-            } = &mut *shard;
-            let positions = table.positions();
-            let start = cursor.position.min(positions);
-            let end = (start + SWEEP_CHUNK_BUCKETS.min(budget)).min(positions);
-            for i in start..end {
-                if let Some(e) = table.get(i) {
-                    swept.checked += 1;
-                    let p = self.stored_prefix(held, e);
-                    let class =
-                        self.classes
-                            .class_of(self.memcached_total(p.klen, p.vlen, p.has_flags));
-                    stats.class_mut(class).crawler_checked += 1;
-                    if self.unlink_if_dead(held, table, stats, i, e, now) {
-                        swept.unlinked += 1;
-                        stats.class_mut(class).crawler_reclaimed += 1;
-                    }
-                }
-            }
-            drop(shard);
-            budget = budget.saturating_sub(end - start + 1);
-            cursor.walked(end, positions);
-        }
-        Crawl {
-            swept,
-            more: cursor.shard < self.shards.len(),
-        }
-    }
-
-    /// Unlink the item at index position `i` (entry `e`) if it expired or was flushed,
-    /// counting it as reclaimed. The caller holds the shard lock that owns `table`.
-    fn unlink_if_dead(
-        &self,
-        held: &LockHeld,
-        table: &mut IndexTable,
-        stats: &mut ShardStats,
-        i: usize,
-        e: u64,
-        now: RelTime,
-    ) -> bool {
-        let hdr = self.header(held, e);
-        if self.liveness(&hdr, now) == Liveness::Live {
-            return false;
-        }
-        table.remove(i, self.hash_entry(held, e));
-        let class = self.unlinked(held, stats, e);
-        let c = stats.class_mut(class);
-        c.reclaimed += 1;
-        if hdr.mark & MARK_FETCHED == 0 {
-            c.expired_unfetched += 1;
-        }
-        true
-    }
 }
 
-/// What the walk does with one live or dead item.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fate {
-    Unlink,
-    Keep,
-    SecondChance,
-    Flash { or_evict: bool },
-    Evict,
+/// An indexed item the walk found, with its shard's parts, for [`Store::apply_fate`].
+struct Walking<'a> {
+    /// Its index entry.
+    o: OccupiedEntry<'a>,
+    held: &'a mut LockHeld,
+    stats: &'a mut ShardStats,
+    me: u64,
+    /// Its key's hash.
+    h: u64,
+    hdr: Header,
 }
 
-/// What one [`Store::crawl`] step did, and whether the crawl has more to walk.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Crawl {
-    pub swept: Swept,
-    pub more: bool,
+/// The flash tier's answers about one item, for [`Policy::fate`](crate::Policy).
+struct ItemTier<'a> {
+    store: &'a Store,
+    hdr: &'a Header,
+    now: RelTime,
+}
+
+impl Tier for ItemTier<'_> {
+    fn stubs_within_share(&self) -> bool {
+        self.store.stubs_within_share()
+    }
+
+    fn takes(&self, kept: usize, budget: usize) -> bool {
+        self.store.flash_wants(self.hdr, kept, budget, self.now)
+    }
+
+    fn age(&self) -> u32 {
+        self.now
+            .saturating_sub(self.store.time_log.time_of(self.hdr.cas))
+    }
 }

@@ -29,10 +29,10 @@
 //!   store was refused): a keyless item whose value fills the region, so that every
 //!   record's length is `header + klen + vlen`; the evictor skips it.
 //! * `mark` (5 bits) holds [`MARK_FETCHED`] (read at least once: memcached's
-//!   `ITEM_FETCHED`, for the `*_unfetched` stats) and [`MARK_ACCESSED`] (the CLOCK bit for
-//!   second-chance eviction), plus the meta protocol's [`MARK_STALE`],
-//!   [`MARK_TOKEN_SENT`] and [`MARK_KEY_BINARY`]. It is the low five bits of the byte at
-//!   `W + 4` in both forms.
+//!   `ITEM_FETCHED`, for the `*_unfetched` stats) and [`MARK_ACCESSED`] (the read mark,
+//!   whose meaning is the eviction policy's: `policy`), plus the meta protocol's
+//!   [`MARK_STALE`], [`MARK_TOKEN_SENT`] and [`MARK_KEY_BINARY`]. It is the low five bits
+//!   of the byte at `W + 4` in both forms.
 //! * `cas` is stored as its distance Δ from its segment's CAS base, in the 27 bits above
 //!   the mark (a *narrow* record), when Δ < 2^27; otherwise (an old segment, or an item
 //!   copied from elsewhere) the record is *wide* and holds the whole id after the mark.
@@ -72,7 +72,8 @@ pub(crate) const NARROW_CAS_SPAN: u64 = 1 << 27;
 
 /// `mark` bit: the item was fetched at least once.
 pub(crate) const MARK_FETCHED: u8 = 1;
-/// `mark` bit: the item was read since it was written or last given a second chance.
+/// `mark` bit: the read mark (the CLOCK bit). Only the eviction policy (`policy`) sets,
+/// clears or judges it: what a read, a store or a second chance does to it is its.
 pub(crate) const MARK_ACCESSED: u8 = 2;
 /// `mark` bit: invalidated by meta `md I` or `ms I` (memcached's `ITEM_STALE`).
 pub(crate) const MARK_STALE: u8 = 4;

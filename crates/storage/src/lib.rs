@@ -8,7 +8,8 @@
 //! | module           | what it owns                                                      |
 //! |------------------|-------------------------------------------------------------------|
 //! | [`meta`]         | meta-protocol operations: items held under the lock, stale/win bits |
-//! | `evict`          | reservations, eviction with a second chance, compaction, sweeps    |
+//! | `evict`          | reservations, the policy's steps to room carried out, the walks    |
+//! | `sweep`          | walks of the index: the expiry sweep, crawls, `metadump`           |
 //! | [`store`]        | [`Store`]: the struct, its shards and segments, stats, value pins  |
 //! | `store::builder` | [`StoreBuilder`] and the size limits it checks                     |
 //! | `store::read`    | get, gat, the prefetched multi-get stages, the locked search       |
@@ -16,7 +17,9 @@
 //! | `store::record`  | the accessors of records in segment memory, each taking its proof  |
 //! | `index`          | the sharded hash index: a locked `Shard` around an `IndexTable`    |
 //! | `table`          | one shard's table: 7 entries and their tags per 64-byte bucket     |
-//! | `pool`           | the segment pool: free list, FIFO of sealed segments, writer groups |
+//! | `pool`           | the segment pool: free list, sealed segments, writer groups        |
+//! | `policy`         | [`Policy`]: a writer's steps to room, what a walk keeps, the keep  |
+//! |                  | budgets, the read mark's meaning, the queue of sealed segments     |
 //! | `pin`            | value pins' types: values read in place after the lookup           |
 //! | `segment`        | raw segment memory shared between threads                          |
 //! | `spin`           | the shard lock's raw lock                                          |
@@ -28,10 +31,10 @@
 //! | [`memcached`]    | memcached's item sizes, for its size rule and per-class counters   |
 //!
 //! `unsafe` code lives in `segment` (segment memory, and records read at an address
-//! carried from a lock-free peek), `table` (the lock-free peek of a bucket array),
-//! `spin` (the lock) and `store::record`, the one place that reads or writes a record's
-//! bytes: its accessors take the lock's proof (`index::LockHeld`, borrowed from the
-//! locked shard) or the writer's `Reservation`, so their callers need no `unsafe`. The
+//! carried from a lock-free peek), `table` (its bucket arrays, and the lock-free peek of
+//! one), `spin` (the lock) and `store::record`, the one place that reads or writes a
+//! record's bytes: its accessors take the lock's proof (`index::LockHeld`, borrowed from
+//! the locked shard) or the writer's `Reservation`, so their callers need no `unsafe`. The
 //! few others (`index`'s peeks, `evict`'s claim of a sealed segment and release of a
 //! retired one's pages, `store`'s unchecked shard index, `store::image`'s reads and
 //! writes of a frozen store's segment bytes) say why in their `SAFETY` comments.
@@ -60,24 +63,27 @@ mod item;
 pub mod memcached;
 pub mod meta;
 mod pin;
+mod policy;
 mod pool;
 mod segment;
 mod spin;
 pub mod store;
+mod sweep;
 mod table;
 mod time_log;
 
 pub use classes::{ClassConfig, SlabClasses};
-pub use evict::Crawl;
 pub use flash::{Flash, FlashConfig, FlashStats, FlashTunables};
 pub use index::{ClassStats, Located};
 pub use item::StubLoc;
 pub use meta::{ItemMut, MetaArith, MetaStore};
 pub use pin::{Origin, ValuePin};
+pub use policy::Policy;
 pub use store::{
     Evicted, EvictionSink, FlashAction, ImageError, ImageHead, ImageSource, ImageSummary, KeyHash,
     Peeked, Store, StoreBuilder, Visit, MEMCACHED_CAS_BYTES, PREFETCH_DISTANCE,
 };
+pub use sweep::Crawl;
 
 /// Seconds of server uptime. The server's clock starts at 1, so 0 never means "now".
 /// As an exptime, 0 means "never expires".

@@ -9,8 +9,7 @@
 
 use crate::index::{hash_key, pack, unpack, LockHeld, Shard};
 use crate::item::{
-    self, Header, NewItem, MARK_ACCESSED, MARK_FETCHED, MARK_KEY_BINARY, MARK_STALE,
-    MARK_TOKEN_SENT,
+    self, Header, NewItem, MARK_FETCHED, MARK_KEY_BINARY, MARK_STALE, MARK_TOKEN_SENT,
 };
 #[cfg(test)]
 use crate::store::Liveness;
@@ -158,7 +157,7 @@ impl ItemMut<'_> {
     /// accessed, for eviction). memcached also refreshes `it->time` once a minute here;
     /// ferrocache derives it from the CAS id and leaves it (`docs/protocol.md`).
     pub fn bump(&mut self, _now: RelTime) {
-        self.set_bits(MARK_FETCHED | MARK_ACCESSED, true);
+        self.set_bits(self.store.policy.read_marks(), true);
     }
 
     /// Remove the item from the cache once the callback returns.

@@ -1,14 +1,17 @@
-//! The segment pool: per-segment bookkeeping, the free list, the FIFO of sealed segments
-//! and the writer groups that each append to one open ("active") segment.
+//! The segment pool: per-segment bookkeeping, the free list, the queue of sealed
+//! segments and the writer groups that each append to one open ("active") segment.
 //!
 //! ```text
-//!   free list ──take──> active (one per writer group) ──full: seal──> sealed FIFO
+//!   free list ──take──> active (one per writer group) ──full: seal──> sealed queue
 //!       ^                  ^  ^  ^                                        │
-//!       │                  │  │  └── dead segment (no live item), no walk ┤ (first choice)
-//!       │                  │  └───── half dead or more, live ones kept ───┤ (fewest live)
-//!       │                  └──────── evicted segment, hot items kept ─────┘ (oldest first)
+//!       │                  │  │  └── dead segment (no live item), no walk ┤
+//!       │                  │  └───── mostly dead, live ones kept ─────────┤
+//!       │                  └──────── evicted segment, hot items kept ─────┘
 //!   (only at start: segments are never given back to the allocator)
 //! ```
+//!
+//! Which of these a writer takes, in which order, and what an eviction keeps, is the
+//! eviction policy's (`policy`), which also owns the sealed queue's order.
 //!
 //! A writer thread belongs to group `writer_id % groups`, so worker threads mostly bump
 //! pointers in different segments. The group mutex is held only to bump the offset, or,
@@ -17,10 +20,10 @@
 //! per request.
 
 use std::cell::Cell;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use crate::policy::SealedQueue;
 use crate::segment::SegmentMem;
 
 /// Shared bookkeeping of one segment, one cache line each.
@@ -70,8 +73,9 @@ pub(crate) struct PoolState {
     /// Holding nothing: never used yet (allocated on first use), or retired after the
     /// memory limit was lowered (pages given back).
     pub free: Vec<u32>,
-    /// Full segments, oldest first, each with the number of bytes written.
-    pub sealed: VecDeque<(u32, u32)>,
+    /// Full segments, each with the number of bytes written, in the order the policy
+    /// evicts them.
+    pub sealed: SealedQueue,
     /// Segments `0..provisioned` have been handed to `free` at some time; the rest of
     /// the store's table waits for a higher memory limit (`cache_memlimit`).
     pub provisioned: usize,

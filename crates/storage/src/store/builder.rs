@@ -1,7 +1,6 @@
 //! [`StoreBuilder`]: a store's configuration, checked and turned into a [`Store`].
 
 use std::collections::hash_map::RandomState;
-use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -10,7 +9,7 @@ use super::{store_budget, FlushState, Padded, Store, MAX_SHARDS};
 use crate::index::{Hint, ShardSlot};
 use crate::pool::{GroupSlot, PoolState, SegmentMeta};
 use crate::segment::LargePageRegion;
-use crate::BuildError;
+use crate::{BuildError, Policy};
 
 /// Default memory limit (memcached `-m 64`).
 pub const DEFAULT_MEMORY_LIMIT_BYTES: usize = 64 << 20;
@@ -58,7 +57,7 @@ fn physical_memory_bytes() -> Option<usize> {
 pub struct StoreBuilder {
     memory_limit: usize,
     item_size_max: usize,
-    evictions: bool,
+    policy: Policy,
     shards: Option<usize>,
     large_pages: bool,
     memcached_cas: bool,
@@ -112,9 +111,16 @@ impl StoreBuilder {
     }
 
     /// Whether to evict when memory is full (`false` is memcached `-M`: stores then fail
-    /// with [`StoreOutcome::NoMemory`](crate::StoreOutcome::NoMemory)).
+    /// with [`StoreOutcome::NoMemory`](crate::StoreOutcome::NoMemory)): the default
+    /// policy, or [`Policy::NoEviction`].
     pub fn evictions(mut self, enabled: bool) -> Self {
-        self.evictions = enabled;
+        self.policy = Policy::evicting(enabled);
+        self
+    }
+
+    /// How room is made when memory is full (default [`Policy::FifoSecondChance`]).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
         self
     }
 
@@ -205,6 +211,7 @@ impl StoreBuilder {
             Some(cfg) => Some(crate::Flash::open(cfg).map_err(BuildError::Flash)?),
             None => None,
         };
+        let (policy, sealed) = crate::policy::build(self.policy, count);
         static STORES: AtomicU64 = AtomicU64::new(0);
         let classes = crate::SlabClasses::memcached(&self.classes);
         Ok(Store {
@@ -224,12 +231,12 @@ impl StoreBuilder {
             segment_size,
             pool: Mutex::new(PoolState {
                 free: (0..count as u32).rev().collect(),
-                sealed: VecDeque::with_capacity(count),
+                sealed,
                 provisioned: count,
                 limit: count,
             }),
             groups: (0..groups).map(|_| GroupSlot::new()).collect(),
-            evictions: self.evictions,
+            policy,
             memory_limit: AtomicUsize::new(self.memory_limit),
             outside: AtomicUsize::new(0),
             item_size_max: self.item_size_max,
@@ -263,7 +270,7 @@ impl Store {
         StoreBuilder {
             memory_limit: DEFAULT_MEMORY_LIMIT_BYTES,
             item_size_max: DEFAULT_ITEM_SIZE_MAX_BYTES,
-            evictions: true,
+            policy: Policy::default(),
             shards: None,
             large_pages: false,
             memcached_cas: true,

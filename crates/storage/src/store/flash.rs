@@ -23,11 +23,12 @@
 
 use std::sync::atomic::Ordering;
 
-use super::record::{Walk, Walked};
 use super::Store;
+use super::{Walk, Walked};
 use crate::index::{hash_key, pack, unpack, LockHeld, Shard, ShardStats};
-use crate::item::{self, Header, NewItem, Prefix, StubLoc, MARK_ACCESSED, MARK_FETCHED};
+use crate::item::{self, Header, NewItem, Prefix, StubLoc};
 use crate::pin::Origin;
+use crate::policy::WalkMode;
 use crate::store::read::{FlashAction, Visit};
 use crate::{Flash, ItemRef, Lookup, RelTime};
 
@@ -75,7 +76,7 @@ impl Store {
             let key = &bytes[p.key_offset()..p.key_offset() + p.klen];
             flash.append(key, &bytes[bytes.len() - p.vlen..])?
         };
-        let Some(dest) = walk.keep_as_stub(held, rec, loc) else {
+        let Some(dest) = walk.keep_as_stub(held, rec, loc, self.policy.stub_clears()) else {
             flash.release(loc, p.klen);
             return None;
         };
@@ -152,8 +153,7 @@ impl Store {
         if matches!(action, FlashAction::Defer) {
             return Lookup::Miss;
         }
-        const MARKS: u8 = MARK_FETCHED | MARK_ACCESSED;
-        if hdr.mark & MARKS != MARKS || exptime.is_some() {
+        if self.policy.read_marks_due(hdr.mark) || exptime.is_some() {
             self.mark_read(held, e, exptime, len);
         }
         self.get_from_flash(shard, key, h, e, hdr, loc, now, action, visit)
@@ -195,10 +195,8 @@ impl Store {
         match read {
             Ok(range) => {
                 // memcached's rule: an item read at least twice recently is copied back
-                // to RAM, one read in `recache_rate`. A stub starts without the CLOCK bit
-                // (`Walk::keep_as_stub`), so "accessed before this read" is a read
-                // since it went to flash.
-                let hot = hdr.mark & (MARK_ACCESSED | MARK_FETCHED) == MARK_ACCESSED | MARK_FETCHED;
+                // to RAM, one read in `recache_rate`.
+                let hot = self.policy.read_since_stub(hdr.mark);
                 if hot && flash.recache_due() {
                     self.recache(key, h, e, &hdr, &buf[range.clone()], now);
                 }
@@ -250,7 +248,7 @@ impl Store {
         self.copy_exptime(held, &mut r, e);
         self.publish(held, &mut r, entry, stats);
         let new_e = pack(r.seg, r.off);
-        item::set_mark(self.mut_window(held, new_e), MARK_ACCESSED | MARK_FETCHED);
+        item::set_mark(self.mut_window(held, new_e), self.policy.read_marks());
         drop(shard);
         self.release(r);
         if let Some(flash) = &self.flash {
@@ -326,7 +324,7 @@ impl Store {
             if loc.page != page || loc.version != version || loc.offset != offset {
                 continue;
             }
-            if drop_unread && hdr.mark & MARK_ACCESSED == 0 {
+            if drop_unread && !self.policy.read_recently(hdr.mark) {
                 if let Some(o) = table.find_entry(h, |x| x == e) {
                     o.remove();
                     self.unlinked(held, stats, e);
@@ -379,28 +377,18 @@ impl Store {
             if let Some((seg, top)) = *active {
                 if old_enough(seg) {
                     *active = None;
-                    self.pool_lock().sealed.push_back((seg, top));
+                    self.pool_lock().sealed.seal(seg, top);
                 }
             }
         }
-        let (at, seg, top) = {
-            let mut pool = self.pool_lock();
-            let found = pool
-                .sealed
-                .iter()
-                .take(AGE_SCAN_SEGMENTS)
-                .position(|&(seg, _)| old_enough(seg));
-            let Some(at) = found else {
-                return false;
-            };
-            let (seg, top) = pool.sealed[at];
-            if !self.close_to_pins(seg) {
-                return false;
-            }
-            pool.sealed.remove(at);
-            (at, seg, top)
+        let taken = self
+            .pool_lock()
+            .sealed
+            .take_first(AGE_SCAN_SEGMENTS, old_enough, |seg| self.close_to_pins(seg));
+        let Some((place, seg, top)) = taken else {
+            return false;
         };
-        let (used, spared) = self.evict_segment(seg, top, super::WalkMode::ToFlash(age), now);
+        let (used, spared) = self.evict_segment(seg, top, WalkMode::ToFlash(age), now);
         self.reopen_to_pins(seg);
         // Walked: not again, unless values were spared for having been read; then once
         // more `item_age` seconds from now, when those not read again go.
@@ -412,9 +400,7 @@ impl Store {
         self.segments[seg as usize]
             .last_cas
             .store(again, Ordering::Relaxed);
-        let mut pool = self.pool_lock();
-        let at = at.min(pool.sealed.len());
-        pool.sealed.insert(at, (seg, used));
+        self.pool_lock().sealed.put_back(place, seg, used);
         true
     }
 

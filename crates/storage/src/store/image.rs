@@ -186,9 +186,7 @@ impl Store {
     pub fn save_image(&self, out: &mut impl Write, extra: &[u8]) -> io::Result<ImageSummary> {
         let frozen = self.freeze();
         let mut parts = Vec::new();
-        for &(seg, used) in frozen.pool.sealed.iter() {
-            parts.push((seg, used));
-        }
+        parts.extend(frozen.pool.sealed.entries());
         for g in &frozen.groups {
             if let Some(open) = **g {
                 parts.push(open);
@@ -236,7 +234,7 @@ impl Store {
             provisioned: frozen.pool.provisioned as u64,
             limit: frozen.pool.limit as u64,
             free: frozen.pool.free.clone(),
-            sealed: frozen.pool.sealed.iter().copied().collect(),
+            sealed: frozen.pool.sealed.entries().collect(),
             open: frozen.groups.iter().map(|g| **g).collect(),
             segments: self
                 .segments
@@ -422,14 +420,10 @@ impl ImageHead {
         threads: usize,
     ) -> Result<(), ImageError> {
         let mut frozen = store.freeze();
-        let empty = frozen.pool.free.len() == frozen.pool.provisioned
-            && frozen.groups.iter().all(|g| g.is_none())
-            && frozen.shards.iter().all(|s| s.table.items() == 0)
-            && store.cas.0.load(Ordering::Relaxed) == 0;
-        if !empty {
+        if !store.frozen_empty(&frozen) {
             return Err(ImageError::NotEmpty);
         }
-        let meta = self.meta;
+        let mut meta = self.meta;
         let mine = store.geometry();
         if meta.geometry != mine {
             return Err(ImageError::Geometry(format!(
@@ -437,79 +431,10 @@ impl ImageHead {
                 meta.geometry, mine
             )));
         }
-        let used = meta.check_pool(store.segments.len(), store.segment_size)?;
-        // Every part with where it starts and its checksum, in file order.
-        let mut parts = Vec::with_capacity(meta.shards.len() + meta.parts.len());
-        let mut at = self.parts_at;
-        for (shard, &(_, _, buckets, crc)) in meta.shards.iter().enumerate() {
-            let buckets = usize::try_from(buckets)
-                .ok()
-                .filter(|b| b.checked_mul(BUCKET_BYTES).is_some())
-                .ok_or(ImageError::Corrupt("bucket count"))?;
-            parts.push((Part::Index { shard, buckets }, at, crc));
-            at += (buckets * BUCKET_BYTES) as u64;
-        }
-        for &(seg, len, crc) in &meta.parts {
-            parts.push((
-                Part::Segment {
-                    seg,
-                    len: len as usize,
-                },
-                at,
-                crc,
-            ));
-            at += u64::from(len);
-        }
-        if at != self.total {
-            return Err(ImageError::Corrupt("part lengths"));
-        }
-        let tables: Vec<std::sync::Mutex<Option<IndexTable>>> =
-            (0..meta.shards.len()).map(|_| Default::default()).collect();
-        let filled = std::sync::Mutex::new(Vec::new());
-        let failed = std::sync::Mutex::new(None);
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let read_parts = || {
-            let mut buf = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(part, at, crc)) = parts.get(i) else {
-                    return;
-                };
-                if failed.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
-                    return;
-                }
-                let done = match part {
-                    Part::Index { shard, buckets } => {
-                        read_table(src, at, buckets, crc, &used, &mut buf).map(|table| {
-                            *tables[shard].lock().unwrap_or_else(|e| e.into_inner()) = Some(table);
-                        })
-                    }
-                    Part::Segment { seg, len } => {
-                        if len > 0 {
-                            store.allocate_segment(seg);
-                            filled.lock().unwrap_or_else(|e| e.into_inner()).push(seg);
-                        }
-                        read_segment(store, src, seg, at, len, crc)
-                    }
-                };
-                if let Err(e) = done {
-                    failed
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get_or_insert(e);
-                    return;
-                }
-            }
-        };
-        std::thread::scope(|scope| {
-            for _ in 1..threads.max(1) {
-                scope.spawn(read_parts);
-            }
-            read_parts();
-        });
-        let filled = filled.into_inner().unwrap_or_else(|e| e.into_inner());
-        let mut failed = failed.into_inner().unwrap_or_else(|e| e.into_inner());
-        if failed.is_none() && !store.time_log.restore(meta.time_log) {
+        let used = check_pool(&meta, store.segments.len(), store.segment_size)?;
+        let parts = part_list(&meta, self.parts_at, self.total)?;
+        let (tables, filled, mut failed) = read_parts(store, src, &parts, &used, threads);
+        if failed.is_none() && !store.time_log.restore(std::mem::take(&mut meta.time_log)) {
             failed = Some(ImageError::Corrupt("time log"));
         }
         if let Some(e) = failed {
@@ -522,33 +447,51 @@ impl ImageHead {
             return Err(e);
         }
         // Everything checked: install.
+        store.install(&mut frozen, meta, tables);
+        // Dropping the guards publishes each new table to the lock-free peeks.
+        drop(frozen);
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Whether the frozen store is new: nothing provisioned taken, no open segment, no
+    /// item and no CAS id given.
+    fn frozen_empty(&self, frozen: &Frozen<'_>) -> bool {
+        frozen.pool.free.len() == frozen.pool.provisioned
+            && frozen.groups.iter().all(|g| g.is_none())
+            && frozen.shards.iter().all(|s| s.table.items() == 0)
+            && self.cas.0.load(Ordering::Relaxed) == 0
+    }
+
+    /// Install a checked image's index `tables` (one per shard) and the state in `meta`
+    /// into the frozen, new store: shards, segments' bookkeeping, pool, seed, CAS
+    /// counter, flush state and memory limit.
+    fn install(&self, frozen: &mut Frozen<'_>, meta: Meta, tables: Vec<Option<IndexTable>>) {
         for ((shard, table), &(items, bytes, _, _)) in
             frozen.shards.iter_mut().zip(tables).zip(&meta.shards)
         {
-            shard.table = table
-                .into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .expect("every table was read");
+            shard.table = table.expect("every table was read");
             shard.stats = ShardStats {
                 curr_items: items,
                 bytes,
                 // memcached counts every item it links back as stored.
                 total_items: items,
-                ..ShardStats::with_classes(store.classes.len())
+                ..ShardStats::with_classes(self.classes.len())
             };
             // The per-class levels are not in the image: counted again from the items.
             for i in 0..shard.table.positions() {
                 if let Some(e) = shard.table.get(i) {
-                    let p = store.stored_prefix(&shard.held, e);
-                    let ntotal = store.memcached_total(p.klen, p.vlen, p.has_flags);
-                    let c = shard.stats.class_mut(store.classes.class_of(ntotal));
+                    let p = self.stored_prefix(&shard.held, e);
+                    let ntotal = self.memcached_total(p.klen, p.vlen, p.has_flags);
+                    let c = shard.stats.class_mut(self.classes.class_of(ntotal));
                     c.items += 1;
                     c.requested += ntotal as u64;
                 }
             }
             shard.sweep_bucket = 0;
         }
-        for (s, &(live, base)) in store.segments.iter().zip(&meta.segments) {
+        for (s, &(live, base)) in self.segments.iter().zip(&meta.segments) {
             s.live_bytes.store(live, Ordering::Release);
             s.cas_base.store(base, Ordering::Relaxed);
         }
@@ -556,21 +499,162 @@ impl ImageHead {
             **g = *open;
         }
         frozen.pool.free = meta.free;
-        frozen.pool.sealed = meta.sealed.into_iter().collect();
+        frozen.pool.sealed.restore(meta.sealed);
         frozen.pool.provisioned = meta.provisioned as usize;
         frozen.pool.limit = meta.limit as usize;
-        store.seed.store(meta.seed, Ordering::Relaxed);
-        store.cas.0.store(meta.cas, Ordering::Relaxed);
-        let flush = &store.flush.0;
+        self.seed.store(meta.seed, Ordering::Relaxed);
+        self.cas.0.store(meta.cas, Ordering::Relaxed);
+        let flush = &self.flush.0;
         flush.oldest_cas.store(meta.oldest_cas, Ordering::Release);
         flush.oldest_live.store(meta.oldest_live, Ordering::Release);
-        store
-            .memory_limit
+        self.memory_limit
             .store(meta.memory_limit as usize, Ordering::Relaxed);
-        // Dropping the guards publishes each new table to the lock-free peeks.
-        drop(frozen);
-        Ok(())
     }
+}
+
+/// Check the pool's bookkeeping in `meta` against a table of `capacity` segments of
+/// `size` bytes: every segment below `provisioned` is free, sealed or open, exactly
+/// once, with no more bytes used than it has. Returns the bytes used of each segment
+/// (0 for free ones and those past `provisioned`), which bound the index entries.
+fn check_pool(meta: &Meta, capacity: usize, size: usize) -> Result<Vec<u32>, ImageError> {
+    let provisioned = meta.provisioned as usize;
+    if provisioned > capacity
+        || meta.limit as usize > capacity
+        || meta.segments.len() > capacity
+        || meta.segments.len() < provisioned
+    {
+        return Err(ImageError::Geometry(format!(
+            "{provisioned} segments in use or free, {} in the saved table, {capacity} here",
+            meta.segments.len()
+        )));
+    }
+    let mut seen = vec![false; provisioned];
+    let mut used = vec![0u32; capacity];
+    let mut mark = |seg: u32, bytes: u32| -> Result<(), ImageError> {
+        let at = seg as usize;
+        if at >= provisioned || seen[at] || bytes as usize > size {
+            return Err(ImageError::Corrupt("segment pool"));
+        }
+        seen[at] = true;
+        used[at] = bytes;
+        Ok(())
+    };
+    for &seg in &meta.free {
+        mark(seg, 0)?;
+    }
+    for &(seg, bytes) in meta.sealed.iter().chain(meta.open.iter().flatten()) {
+        mark(seg, bytes)?;
+    }
+    if seen.iter().any(|&s| !s) {
+        return Err(ImageError::Corrupt("segment pool"));
+    }
+    let listed: Vec<(u32, u32)> = meta
+        .sealed
+        .iter()
+        .chain(meta.open.iter().flatten())
+        .copied()
+        .collect();
+    let parts: Vec<(u32, u32)> = meta.parts.iter().map(|p| (p.0, p.1)).collect();
+    if listed != parts || meta.open.len() as u64 != meta.geometry.groups {
+        return Err(ImageError::Corrupt("segment list"));
+    }
+    Ok(used)
+}
+
+/// Every part of the image with where it starts and its checksum, in file order (the
+/// index's buckets from `parts_at`, then the segments), checked to end at `total`.
+fn part_list(meta: &Meta, parts_at: u64, total: u64) -> Result<Vec<(Part, u64, u32)>, ImageError> {
+    let mut parts = Vec::with_capacity(meta.shards.len() + meta.parts.len());
+    let mut at = parts_at;
+    for (shard, &(_, _, buckets, crc)) in meta.shards.iter().enumerate() {
+        let buckets = usize::try_from(buckets)
+            .ok()
+            .filter(|b| b.checked_mul(BUCKET_BYTES).is_some())
+            .ok_or(ImageError::Corrupt("bucket count"))?;
+        parts.push((Part::Index { shard, buckets }, at, crc));
+        at += (buckets * BUCKET_BYTES) as u64;
+    }
+    for &(seg, len, crc) in &meta.parts {
+        parts.push((
+            Part::Segment {
+                seg,
+                len: len as usize,
+            },
+            at,
+            crc,
+        ));
+        at += u64::from(len);
+    }
+    if at != total {
+        return Err(ImageError::Corrupt("part lengths"));
+    }
+    Ok(parts)
+}
+
+/// Read and check every part on `threads` threads: the index tables, one per shard, and
+/// the segments given memory meanwhile (which a failed load gives back), with the first
+/// error met, if any (some tables are then missing).
+fn read_parts(
+    store: &Store,
+    src: &(impl ImageSource + ?Sized),
+    parts: &[(Part, u64, u32)],
+    used: &[u32],
+    threads: usize,
+) -> (Vec<Option<IndexTable>>, Vec<u32>, Option<ImageError>) {
+    let shards = parts
+        .iter()
+        .filter(|p| matches!(p.0, Part::Index { .. }))
+        .count();
+    let tables: Vec<std::sync::Mutex<Option<IndexTable>>> =
+        (0..shards).map(|_| Default::default()).collect();
+    let filled = std::sync::Mutex::new(Vec::new());
+    let failed = std::sync::Mutex::new(None);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let read_parts = || {
+        let mut buf = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&(part, at, crc)) = parts.get(i) else {
+                return;
+            };
+            if failed.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+                return;
+            }
+            let done = match part {
+                Part::Index { shard, buckets } => read_table(src, at, buckets, crc, used, &mut buf)
+                    .map(|table| {
+                        *tables[shard].lock().unwrap_or_else(|e| e.into_inner()) = Some(table);
+                    }),
+                Part::Segment { seg, len } => {
+                    if len > 0 {
+                        store.allocate_segment(seg);
+                        filled.lock().unwrap_or_else(|e| e.into_inner()).push(seg);
+                    }
+                    read_segment(store, src, seg, at, len, crc)
+                }
+            };
+            if let Err(e) = done {
+                failed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(e);
+                return;
+            }
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads.max(1) {
+            scope.spawn(read_parts);
+        }
+        read_parts();
+    });
+    let filled = filled.into_inner().unwrap_or_else(|e| e.into_inner());
+    let failed = failed.into_inner().unwrap_or_else(|e| e.into_inner());
+    let tables = tables
+        .into_iter()
+        .map(|t| t.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .collect();
+    (tables, filled, failed)
 }
 
 /// Read and check one shard's buckets at `at`, and build its table: every used slot

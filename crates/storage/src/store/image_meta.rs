@@ -1,8 +1,7 @@
 //! The meta section of a memory image (`image.rs`): the store's state besides its
-//! index and segment bytes, as little-endian fields, and the checks of the pool's
-//! bookkeeping that a load makes before it trusts any of it.
+//! index and segment bytes, as little-endian fields. What a load checks of it before it
+//! trusts any of it is `image.rs`'s.
 
-use super::image::ImageError;
 use crate::time_log::TimeLogState;
 
 /// The store's shape: what must be the same for an image to load.
@@ -40,55 +39,6 @@ pub(super) struct Meta {
 }
 
 impl Meta {
-    /// Check the pool's bookkeeping against a table of `capacity` segments of `size`
-    /// bytes: every segment below `provisioned` is free, sealed or open, exactly once,
-    /// with no more bytes used than it has. Returns the bytes used of each segment
-    /// (0 for free ones and those past `provisioned`), which bound the index entries.
-    pub fn check_pool(&self, capacity: usize, size: usize) -> Result<Vec<u32>, ImageError> {
-        let provisioned = self.provisioned as usize;
-        if provisioned > capacity
-            || self.limit as usize > capacity
-            || self.segments.len() > capacity
-            || self.segments.len() < provisioned
-        {
-            return Err(ImageError::Geometry(format!(
-                "{provisioned} segments in use or free, {} in the saved table, {capacity} here",
-                self.segments.len()
-            )));
-        }
-        let mut seen = vec![false; provisioned];
-        let mut used = vec![0u32; capacity];
-        let mut mark = |seg: u32, bytes: u32| -> Result<(), ImageError> {
-            let at = seg as usize;
-            if at >= provisioned || seen[at] || bytes as usize > size {
-                return Err(ImageError::Corrupt("segment pool"));
-            }
-            seen[at] = true;
-            used[at] = bytes;
-            Ok(())
-        };
-        for &seg in &self.free {
-            mark(seg, 0)?;
-        }
-        for &(seg, bytes) in self.sealed.iter().chain(self.open.iter().flatten()) {
-            mark(seg, bytes)?;
-        }
-        if seen.iter().any(|&s| !s) {
-            return Err(ImageError::Corrupt("segment pool"));
-        }
-        let listed: Vec<(u32, u32)> = self
-            .sealed
-            .iter()
-            .chain(self.open.iter().flatten())
-            .copied()
-            .collect();
-        let parts: Vec<(u32, u32)> = self.parts.iter().map(|p| (p.0, p.1)).collect();
-        if listed != parts || self.open.len() as u64 != self.geometry.groups {
-            return Err(ImageError::Corrupt("segment list"));
-        }
-        Ok(used)
-    }
-
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer(Vec::new());
         let g = &self.geometry;

@@ -17,7 +17,7 @@
 //! | `write.rs`   | set/add/replace/cas/append/prepend, delete, touch, incr/decr, flush   |
 //! | `record.rs`  | the accessors of records in segment memory: the `unsafe` of records   |
 //! | `image.rs`   | memory images: the whole store saved and loaded back (warm restart)   |
-//! | `image_meta.rs` | an image's meta section: the store's state as fields, the pool checks |
+//! | `image_meta.rs` | an image's meta section: the store's state as little-endian fields |
 //! | `flash.rs`   | the store's side of the flash tier: stubs written, read back, compacted |
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -51,6 +51,7 @@ pub use image::{
     IMAGE_MAGIC,
 };
 pub use read::{FlashAction, KeyHash, Peeked, Visit, PREFETCH_DISTANCE};
+pub(crate) use record::{Walk, Walked};
 pub(crate) use write::{DeltaResult, WholeExtra, SPAN_SLACK_IDS};
 
 const MAX_SHARDS: usize = 4096;
@@ -77,7 +78,8 @@ pub struct Store {
     pub(crate) segment_size: usize,
     pub(crate) pool: Mutex<PoolState>,
     pub(crate) groups: Box<[GroupSlot]>,
-    pub(crate) evictions: bool,
+    /// How room is made, and what reads and writes do to items' marks (`policy`).
+    pub(crate) policy: crate::policy::PolicyState,
     /// The memory limit in bytes, as `limit_maxbytes` shows it (`cache_memlimit` changes
     /// it; the segments it allows are `PoolState::limit`).
     memory_limit: AtomicUsize,
@@ -164,20 +166,6 @@ struct Padded<T>(T);
 struct FlushState {
     oldest_live: AtomicU32,
     oldest_cas: AtomicU64,
-}
-
-/// How [`Store::evict_segment`] treats the live items of the segment it walks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WalkMode {
-    /// Room is needed: items read since their last second chance, and flash stubs
-    /// within their share of memory, are kept up to this many bytes; values the flash
-    /// tier wants go to flash while their stubs fit in it; the rest are evicted.
-    Evict(usize),
-    /// Keep every live item (compaction, `-M`).
-    KeepAll,
-    /// The flash tier's age pass: values not read since their last second chance and
-    /// stored at least this many seconds ago go to flash; everything else stays.
-    ToFlash(u32),
 }
 
 /// What a locked lookup found about an item.
@@ -502,6 +490,17 @@ impl Store {
         class
     }
 
+    /// Count an expired or flushed item (entry `e`, marked `mark`), just removed from the
+    /// table of the locked shard `held` proves, as reclaimed.
+    pub(crate) fn reclaimed(&self, held: &LockHeld, stats: &mut ShardStats, e: u64, mark: u8) {
+        let class = self.unlinked(held, stats, e);
+        let c = stats.class_mut(class);
+        c.reclaimed += 1;
+        if mark & item::MARK_FETCHED == 0 {
+            c.expired_unfetched += 1;
+        }
+    }
+
     /// memcached's `ITEM_ntotal` of an item: what it would take there.
     #[inline]
     pub(crate) fn memcached_total(&self, klen: usize, vlen: usize, has_flags: bool) -> usize {
@@ -547,7 +546,7 @@ impl Store {
         if self.peek_next_cas() <= 1 {
             return None;
         }
-        let front = self.pool_lock().sealed.front().map(|&(seg, _)| seg);
+        let front = self.pool_lock().sealed.oldest();
         let base = match front {
             Some(seg) => self.cas_base(seg),
             None => self

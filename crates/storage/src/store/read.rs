@@ -3,7 +3,7 @@
 
 use super::{Liveness, Store, MAX_SHARDS};
 use crate::index::{hash_key, unpack, Located, LockHeld, Shard, ShardStats};
-use crate::item::{self, Header, MARK_ACCESSED, MARK_FETCHED};
+use crate::item::{self, Header};
 use crate::pin::Origin;
 use crate::segment;
 use crate::table::{Cell, IndexTable, Peek};
@@ -273,7 +273,6 @@ impl Store {
             "a KeyHash of another key or store"
         );
         let h = h.0;
-        const MARKS: u8 = MARK_FETCHED | MARK_ACCESSED;
         let mut shard = self.shard_for(h).lock();
         let Shard {
             table, stats, held, ..
@@ -290,7 +289,7 @@ impl Store {
         }
         // In steady state an item read before is marked already: then nothing is
         // written, and the record found by the lookup is the one handed to `f`.
-        if hdr.mark & MARKS != MARKS || exptime.is_some() {
+        if self.policy.read_marks_due(hdr.mark) || exptime.is_some() {
             // The bytes `bytes` points at are not read again until it is re-borrowed here
             // (only its length is passed): the window written needs `held` alone.
             let len = bytes.len();

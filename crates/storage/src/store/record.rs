@@ -95,9 +95,8 @@ impl Store {
         exptime: Option<RelTime>,
         len: usize,
     ) -> &'a [u8] {
-        const MARKS: u8 = item::MARK_FETCHED | item::MARK_ACCESSED;
         let w = self.mut_window(held, e);
-        item::set_mark(w, MARKS);
+        item::set_mark(w, self.policy.read_marks());
         if let Some(t) = exptime {
             item::set_exptime(w, t);
         }
@@ -430,14 +429,16 @@ impl Walk<'_> {
 
     /// Keep record `r` (found live in the shard whose lock `held` proves) as a flash
     /// stub pointing at `loc`: its window, flags and key written at the front of the
-    /// kept records with a stub's prefix and `loc` after the key. `None`, writing
-    /// nothing, when the stub would reach past `r` (a value shorter than the stub's
-    /// location): it may only cover bytes already unlinked or moved, and `r`'s own.
+    /// kept records with a stub's prefix and `loc` after the key, and the mark bits
+    /// `clears` cleared. `None`, writing nothing, when the stub would reach past `r` (a
+    /// value shorter than the stub's location): it may only cover bytes already
+    /// unlinked or moved, and `r`'s own.
     pub fn keep_as_stub(
         &mut self,
         _held: &mut LockHeld,
         r: &Walked,
         loc: crate::item::StubLoc,
+        clears: u8,
     ) -> Option<usize> {
         let p = r.prefix;
         let len = item::stub_len(p.klen, p.has_flags, p.wide);
@@ -458,9 +459,7 @@ impl Walk<'_> {
         let b = unsafe { self.mem.bytes_mut(dest, len) };
         let at = item::write_stub_prefix(b, p.klen, p.has_flags, p.wide);
         b[at..at + n].copy_from_slice(&tail[..n]);
-        // A stub starts cold: reads since it went to flash are what make it hot (for
-        // recaching, and for its own second chance).
-        item::clear_mark(&mut b[at..at + p.window_len()], item::MARK_ACCESSED);
+        item::clear_mark(&mut b[at..at + p.window_len()], clears);
         loc.write(&mut b[at + n..]);
         self.front = dest + len;
         Some(dest)

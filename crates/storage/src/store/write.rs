@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering;
 
 use super::{KeyHash, Liveness, Peeked, Store};
 use crate::arith;
-use crate::index::{hash_key, pack, unpack, LockHeld, Shard, ShardStats};
-use crate::item::{self, Header, NewItem, MARK_ACCESSED, MARK_FETCHED};
+use crate::index::{hash_key, pack, unpack, LockHeld, Shard, ShardRef, ShardStats};
+use crate::item::{self, Header, NewItem};
 use crate::memcached::memcached_would_chunk;
 use crate::pool::Reservation;
 use crate::table::Entry;
@@ -81,10 +81,14 @@ impl Store {
         }
     }
 
-    /// set/add/replace/cas: the new item does not depend on the old one.
+    /// set/add/replace/cas: the new item does not depend on the old one. A first look
+    /// under the lock may refuse it or write it over the live item in place
+    /// ([`Store::store_over_live`]); otherwise it is written into a reservation
+    /// ([`Store::write_whole`]) and published in place of the live one
+    /// ([`Store::publish_whole`]).
     ///
-    /// Inlined at its two callers: as a call of its own, a pipelined set passes its
-    /// arguments (the `WholeExtra` through memory), and its
+    /// Inlined at its two callers, and its steps into it: as a call of its own, a
+    /// pipelined set passes its arguments (the `WholeExtra` through memory), and its
     /// callers' constant extras (a set's hash and peek given, no meta flags) could not
     /// fold its branches.
     #[allow(clippy::too_many_arguments)]
@@ -126,37 +130,78 @@ impl Store {
         // search that would confirm it costs more than it saves, and if the key did
         // arrive meanwhile, the new item replaces it below.
         if mode != StoreMode::Set || peeked.may_exist() {
-            let mut shard = slot.lock();
-            let Shard {
-                table, stats, held, ..
-            } = &mut *shard;
-            // The record borrow ends here: an overwrite writes the item's bytes.
-            let live = self
-                .find_live_record_from(table, stats, held, h, key, peeked, now)
-                .ok()
-                .map(|(e, hd, _)| (e, hd));
-            if let Some(refused) = condition_ext(mode, live.map(|(_, hd)| hd.cas), extra.invalidate)
-            {
-                return (refused, 0);
-            }
-            if let Some((e, old)) = live {
-                if let Some(cas) =
-                    self.overwrite_in_place(&mut shard, e, &old, &new, value, mode, extra, now)
-                {
-                    return (StoreOutcome::Stored, cas);
-                }
+            let over = self.store_over_live(slot, h, mode, key, peeked, &new, value, extra, now);
+            if let Some(done) = over {
+                return done;
             }
         }
         let Some(mut r) = self.reserve(&new, now) else {
             return (StoreOutcome::NoMemory, 0);
         };
-        {
-            let (wide, cas, base) = (r.wide, r.cas, self.cas_base(r.seg));
-            let b = self.region(&mut r);
-            let ko = new.write_header(b, wide, cas, base);
-            copy_key(&mut b[ko..ko + key.len()], key);
-            b[ko + key.len()..].copy_from_slice(value);
+        self.write_whole(&mut r, &new, key, value);
+        self.publish_whole(slot, h, mode, key, r, extra, now)
+    }
+
+    /// [`Store::store_whole`]'s first look, under the lock of `slot` (the shard of hash
+    /// `h`): the store's outcome when its condition refuses it or it was written over
+    /// the live item in place, `None` when it needs a new item.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn store_over_live(
+        &self,
+        slot: ShardRef<'_>,
+        h: u64,
+        mode: StoreMode,
+        key: &[u8],
+        peeked: Peeked,
+        new: &NewItem,
+        value: &[u8],
+        extra: WholeExtra,
+        now: RelTime,
+    ) -> Option<(StoreOutcome, u64)> {
+        let mut shard = slot.lock();
+        let Shard {
+            table, stats, held, ..
+        } = &mut *shard;
+        // The record borrow ends here: an overwrite writes the item's bytes.
+        let live = self
+            .find_live_record_from(table, stats, held, h, key, peeked, now)
+            .ok()
+            .map(|(e, hd, _)| (e, hd));
+        if let Some(refused) = condition_ext(mode, live.map(|(_, hd)| hd.cas), extra.invalidate) {
+            return Some((refused, 0));
         }
+        let (e, old) = live?;
+        let cas = self.overwrite_in_place(&mut shard, e, &old, new, value, mode, extra, now)?;
+        Some((StoreOutcome::Stored, cas))
+    }
+
+    /// Write item `new` (`key`, `value`) into its reservation `r`: header (with the CAS
+    /// id taken with the space), key and value.
+    #[inline(always)]
+    fn write_whole(&self, r: &mut Reservation, new: &NewItem, key: &[u8], value: &[u8]) {
+        let (wide, cas, base) = (r.wide, r.cas, self.cas_base(r.seg));
+        let b = self.region(r);
+        let ko = new.write_header(b, wide, cas, base);
+        copy_key(&mut b[ko..ko + key.len()], key);
+        b[ko + key.len()..].copy_from_slice(value);
+    }
+
+    /// Under the lock of `slot` (the shard of hash `h`): check the store's condition
+    /// against the live item again and publish the written reservation `r` in its place,
+    /// or abandon `r` if the condition now refuses.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn publish_whole(
+        &self,
+        slot: ShardRef<'_>,
+        h: u64,
+        mode: StoreMode,
+        key: &[u8],
+        r: Reservation,
+        extra: WholeExtra,
+        now: RelTime,
+    ) -> (StoreOutcome, u64) {
         let mut shard = slot.lock();
         let Shard {
             table, stats, held, ..
@@ -195,31 +240,47 @@ impl Store {
             }
         }
         self.published(stats, &r);
-        let mut mark = if extra.key_binary {
-            item::MARK_KEY_BINARY
-        } else {
-            0
-        };
+        self.mark_stored(held, new_e, h, mode, extra, live);
+        drop(shard);
+        self.release(r);
+        (StoreOutcome::Stored, cas)
+    }
+
+    /// The marks of item `e` (key hash `h`), just published under the lock `held` proves
+    /// for a store in `mode` that replaced `live`: the policy's for a new item, the meta
+    /// protocol's, and memcached's `CAS_STALE` (the value is replaced but keeps the old
+    /// TTL, and is marked stale, keeping a win token already handed out).
+    #[inline(always)]
+    fn mark_stored(
+        &self,
+        held: &mut LockHeld,
+        e: u64,
+        h: u64,
+        mode: StoreMode,
+        extra: WholeExtra,
+        live: Option<Header>,
+    ) {
+        let mut mark = self.policy.store_marks(h)
+            | if extra.key_binary {
+                item::MARK_KEY_BINARY
+            } else {
+                0
+            };
         let stale = match (mode, live) {
             (StoreMode::Cas(want), Some(old)) if want != old.cas => Some(old),
             _ => None,
         };
         if let Some(old) = stale {
-            // memcached's CAS_STALE: the value is replaced but keeps the old TTL, and is
-            // marked stale (keeping a win token already handed out).
             mark |= item::MARK_STALE | (old.mark & item::MARK_TOKEN_SENT);
         }
         if mark != 0 || stale.is_some() {
             // The item was just published under the shard lock (rule 2).
-            let w = self.mut_window(held, pack(r.seg, r.off));
+            let w = self.mut_window(held, e);
             item::set_mark(w, mark);
             if let Some(old) = stale {
                 item::set_exptime(w, old.exptime);
             }
         }
-        drop(shard);
-        self.release(r);
-        (StoreOutcome::Stored, cas)
     }
 
     /// Under the shard lock, after the store's condition passed: write the new version
@@ -258,7 +319,7 @@ impl Store {
         let same_shape = old.prefix.vlen == new.vlen
             && old.prefix.has_flags == (new.flags != 0)
             && !old.prefix.flash;
-        if !same_shape || stale || !self.evictions {
+        if !same_shape || stale || !self.policy.evicts() {
             return None;
         }
         let Shard { stats, held, .. } = shard;
@@ -283,12 +344,13 @@ impl Store {
             rec.flags().copy_from_slice(&new.flags.to_le_bytes());
         }
         let w = rec.window();
-        let mark = if extra.key_binary {
-            item::MARK_KEY_BINARY
-        } else {
-            0
-        };
-        let written = item::set_new_version(w, mark | MARK_ACCESSED, new.exptime, cas, base);
+        let mark = self.policy.overwrite_marks()
+            | if extra.key_binary {
+                item::MARK_KEY_BINARY
+            } else {
+                0
+            };
+        let written = item::set_new_version(w, mark, new.exptime, cas, base);
         debug_assert!(written, "checked to fit above");
         // memcached links a new item: the item count grows, and the byte count stays.
         stats.total_items += 1;
@@ -402,7 +464,7 @@ impl Store {
                 // Shard lock held (rule 2); only the mutable window is borrowed.
                 let w = self.mut_window(&mut shard.held, e);
                 item::set_exptime(w, exptime);
-                item::set_mark(w, MARK_FETCHED | MARK_ACCESSED);
+                item::set_mark(w, self.policy.read_marks());
                 true
             }
             Err(_) => false,
