@@ -157,8 +157,8 @@ mod tests {
         // 24 bytes of location, length and cas, and the per-class counters' size and
         // class.
         assert_eq!(std::mem::size_of::<Reservation>(), 32);
-        // A power of two: a lookup indexes the segment table with a shift, where a
-        // 40-byte stride needs a multiply on every key.
+        // One cache line, a power of two: a lookup indexes the segment table with a
+        // shift, where the fields' own size as a stride would need a multiply on every key.
         assert_eq!(std::mem::size_of::<SegmentMeta>(), 64);
     }
 

@@ -28,8 +28,9 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 /// which gets fresh zero pages from `mmap` without touching them.
 const SEGMENT_ALIGN: usize = 16;
 
-/// One segment's bytes. Two words, so that the table of segments (with their counters)
-/// has a power-of-two stride: a lookup indexes it with a shift.
+/// One segment's bytes. Two words, so that a segment's entry in the table of segments
+/// (`SegmentMeta`, with its counters) fits one 64-byte cache line: a power-of-two stride,
+/// which a lookup indexes with a shift.
 pub(crate) struct SegmentMem {
     ptr: AtomicPtr<u8>,
     len: usize,

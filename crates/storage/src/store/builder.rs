@@ -31,13 +31,13 @@ pub use crate::memcached::{MEMCACHED_CAS_BYTES, MEMCACHED_ITEM_OVERHEAD_BYTES};
 const SEGMENT_ROUND_BYTES: usize = 4096;
 
 /// How far `cache_memlimit` may raise the limit. memcached accepts any limit from 8 MiB
-/// to 10^9 MiB and takes memory as items need it; this store's table of segments (about
-/// 48 bytes a segment, their memory taken on first use) is sized at start. It reaches
-/// this many times the starting limit...
+/// to 10^9 MiB and takes memory as items need it; this store's table of segments (64
+/// bytes a segment, one cache line each; their memory taken on first use) is sized at
+/// start. It reaches this many times the starting limit...
 const MEMLIMIT_GROWTH: usize = 4;
 
 /// ...or the host's physical memory, past which a larger limit could never be filled,
-/// whichever is more; but by at most this many segments (256 GiB of 1 MiB segments, 12 MiB
+/// whichever is more; but by at most this many segments (256 GiB of 1 MiB segments, 16 MiB
 /// of table)...
 const MEMLIMIT_MAX_EXTRA: usize = 1 << 18;
 
@@ -180,7 +180,7 @@ impl StoreBuilder {
             return Err(BuildError::MemoryTooLarge(self.memory_limit));
         }
         // Room for `cache_memlimit` to raise the limit later: the table of segments costs
-        // about 40 bytes a segment, and their memory is only taken on first use. A
+        // 64 bytes a segment, and their memory is only taken on first use. A
         // large-page store's mapping is sized at start, so it cannot grow.
         let capacity = if self.large_pages {
             count
