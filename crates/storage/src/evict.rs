@@ -136,7 +136,7 @@ impl Store {
     }
 
     /// A segment with at least `len` free bytes: (id, bytes used), from the first of the
-    /// policy's steps ([`Policy::room_order`](crate::Policy)) that has one. `None` only
+    /// policy's steps (`PolicyState::room_order`) that has one. `None` only
     /// when none has (`-M` with memory full of live items). Called with the group lock
     /// held and no shard lock.
     fn acquire_segment(&self, len: usize, now: RelTime) -> Option<(u32, u32)> {

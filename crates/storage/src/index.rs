@@ -9,7 +9,7 @@
 //!                                                   └─ bits 31..0 : byte offset in the segment
 //! ```
 //!
-//! The table (`table.rs`) stores only the 8-byte entry; the key lives in the segment and
+//! The table (`table/`) stores only the 8-byte entry; the key lives in the segment and
 //! is compared there (7-bit tags beside the entries filter out almost all non-matching
 //! probes first). Rehashing on growth re-reads each key from its segment, under the
 //! shard lock.

@@ -50,9 +50,10 @@
 //! same shape rewrites the item in place, never while a value pin is on its segment (a
 //! pin's holder reads the value without the lock).
 //!
-//! Header: 10 bytes for a value shorter than 60 bytes with no client flags (62 B before,
-//! with a 4-byte store time, a 4-byte length and an 8-byte CAS), against memcached's
-//! 48-byte `item` plus 8-byte CAS, plus key NUL and value `\r\n`.
+//! Header: 10 bytes for a value shorter than 60 bytes with no client flags, against
+//! memcached's 48-byte `item` plus 8-byte CAS, plus key NUL and value `\r\n`: no store
+//! time (it is found from the CAS id, `time_log.rs`), a length of 1 to 5 bytes, and a CAS
+//! id of 27 bits above its segment's base.
 
 /// Bytes of the smallest header: klen, lead, exptime, narrow mark and cas.
 pub(crate) const MIN_HEADER_BYTES: usize = 10;

@@ -37,7 +37,8 @@
 //! the locked shard) or the writer's `Reservation`, so their callers need no `unsafe`. The
 //! few others (`index`'s peeks, `evict`'s claim of a sealed segment and release of a
 //! retired one's pages, `store`'s unchecked shard index, `store::image`'s reads and
-//! writes of a frozen store's segment bytes) say why in their `SAFETY` comments.
+//! writes of a frozen store's segment bytes, `flash::file`'s `flock` and
+//! `posix_fallocate`) say why in their `SAFETY` comments.
 //!
 //! The design (segment log, locking protocol, eviction, per-item byte cost) is written up
 //! in `docs/design.md` at the workspace root.

@@ -4,8 +4,9 @@
 //! and a multi-get takes one lock per key. parking_lot's mutex unlocks with a
 //! compare-and-swap (it must see whether a waiter parked), and on x86 every locked
 //! instruction waits for the store buffer to drain: the reply bytes the lookup just
-//! wrote. In the 48-key get profile that unlock was 19 % of `Exec::get`'s samples,
-//! nearly twice the lock itself. A release store is a plain `mov`, and waits for
+//! wrote, so in a multi-get profile the unlock cost more than the lock itself
+//! (docs/perf-notes.md, "This round: overwrites in place, pipelined batches parsed
+//! ahead, release-store unlocks"). A release store is a plain `mov`, and waits for
 //! nothing.
 //!
 //! Without a parked bit, a waiter cannot sleep until it is woken; it spins (a few

@@ -16,11 +16,11 @@
 //!   └────────────────────────────────────────────────────────────┘                │
 //!        ^  requeue: kept items and too little room, or a reader's pin            │
 //!        └──────────────────────────────────────────── the walk (`evict.rs`) <────┘
-//!                         each live item: Policy::fate -> keep, second chance,
+//!                         each live item: PolicyState::fate -> keep, second chance,
 //!                         flash, evict; the segment is reopened after the kept
 //! ```
 //!
-//! A writer whose open segment is full tries the steps of [`Policy::room_order`] in
+//! A writer whose open segment is full tries the steps of [`PolicyState::room_order`] in
 //! turn; the first that gives a segment with room wins:
 //!
 //! ```text
@@ -41,7 +41,7 @@
 //! last given a second chance": a read, a touch and an overwrite in place set it
 //! ([`Policy::read_marks`], [`Policy::overwrite_marks`]), the second chance and a move
 //! to flash clear it ([`Policy::second_chance_clears`], [`Policy::stub_clears`]), and
-//! [`Policy::fate`] and the counters judge it ([`Policy::read_recently`]). The bit's
+//! [`PolicyState::fate`] and the counters judge it ([`PolicyState::read_recently`]). The bit's
 //! place in the header is `item.rs`'s; its meaning is only here.
 //!
 //! | file       | what it holds                                                   |
@@ -69,7 +69,7 @@ pub enum Policy {
     NoEviction,
 }
 
-/// One way for a writer to get a segment with room; [`Policy::room_order`] lists them
+/// One way for a writer to get a segment with room; [`PolicyState::room_order`] lists them
 /// in the order they are tried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Room {
@@ -86,7 +86,7 @@ pub(crate) enum Room {
     Compact { live_divisor: usize },
     /// A never-used segment, while the memory budget allows one more.
     Fresh,
-    /// Evict the queue's victim: walk it, keep what [`Policy::fate`] keeps (within
+    /// Evict the queue's victim: walk it, keep what [`PolicyState::fate`] keeps (within
     /// [`Policy::evict_budget`]) and reuse it after them.
     Evict,
     /// The oldest sealed segment with room for the item among its dead bytes:
@@ -203,7 +203,7 @@ pub(crate) struct Seen {
 }
 
 /// What the flash tier says of the item whose fate is being decided. Each answer costs
-/// a look at the tier or the time log, so [`Policy::fate`] asks only what it needs, in
+/// a look at the tier or the time log, so [`PolicyState::fate`] asks only what it needs, in
 /// the order it needs it.
 pub(crate) trait Tier {
     /// Whether flash stubs take less than their share of memory.
