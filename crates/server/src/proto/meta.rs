@@ -18,12 +18,14 @@ use protocol::meta::{
     base64_encode, MetaCommand, MetaError, MetaRequest, SetMode, MAX_BINARY_KEY_LEN,
     MAX_OPAQUE_TOKEN_LEN,
 };
-use storage::{ItemMut, MetaArith, MetaStore, RelTime, StoreMode, StoreOutcome};
+use storage::{ItemMut, Lookup, MetaArith, MetaStore, RelTime, StoreMode, StoreOutcome};
 
 use crate::clock::{Clock, REALTIME_MAXDELTA_SECS};
+use crate::ops::observe::{Note, Seen};
 use crate::ops::store::Refused;
 use crate::ops::{memcached_item_fits, memcached_item_size, Exec};
 use crate::proto::Flow;
+use crate::stats::observe::Via;
 
 const CRLF: &[u8] = b"\r\n";
 
@@ -150,108 +152,34 @@ fn meta_get(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let o = req.options;
     let mut kbuf = [0u8; MAX_BINARY_KEY_LEN];
     let key = req.decoded_key(&mut kbuf);
-    let ttl = o.ttl.map(|t| realtime(clock, t, now));
-    let vivify_ttl = o.vivify.map(|t| realtime(clock, t, now));
-    let recache = o.recache.map(|t| realtime(clock, t, now));
+    let times = MgTimes {
+        now,
+        ttl: o.ttl.map(|t| realtime(clock, t, now)),
+        vivify_ttl: o.vivify.map(|t| realtime(clock, t, now)),
+        recache: o.recache.map(|t| realtime(clock, t, now)),
+    };
     let start = out.len();
-    // What happened inside: the reply was cut by a bad opaque; a TTL was set.
-    let mut failed = false;
-    let mut ttl_set = false;
-
     let (first, hit) = exec.with_item(
         key,
         o.vivify.is_some(),
         now,
-        |it: &mut ItemMut<'_>, created| {
-            if !o.locked && !o.no_update {
-                // memcached bumps during an unlocked fetch, before composing.
-                it.bump(now);
-            }
-            if o.value {
-                out.extend_from_slice(b"VA ");
-                push_num(out, it.value().len());
-            } else {
-                out.extend_from_slice(b"HD");
-            }
-            let mut won = false;
-            for t in req.flags() {
-                match t[0] {
-                    b'T' => {
-                        ttl_set = true;
-                        it.set_exptime(ttl.unwrap_or(0));
-                    }
-                    b'N' if created => {
-                        it.set_exptime(vivify_ttl.unwrap_or(0));
-                        won = true;
-                    }
-                    // Recache: win when the TTL left is below the threshold.
-                    b'R' if !it.token_sent()
-                        && !created
-                        && it.exptime() != 0
-                        && it.exptime() < recache.unwrap_or(0) =>
-                    {
-                        won = true;
-                    }
-                    b's' => push_flag_num(out, b's', it.value().len()),
-                    b't' => {
-                        out.extend_from_slice(b" t");
-                        if it.exptime() == 0 {
-                            out.extend_from_slice(b"-1");
-                        } else {
-                            push_num(out, it.exptime().wrapping_sub(now));
-                        }
-                    }
-                    b'c' => push_flag_num(out, b'c', exec.shared.settings.item_cas(it.cas())),
-                    b'f' => push_flag_num(out, b'f', it.flags()),
-                    b'l' => push_flag_num(out, b'l', now.wrapping_sub(it.time())),
-                    b'h' => push_flag_num(out, b'h', u8::from(it.fetched())),
-                    b'O' => {
-                        if opaque_too_long(t) {
-                            // memcached stops here: no bump under the lock, no token.
-                            failed = true;
-                            return;
-                        }
-                        out.push(b' ');
-                        out.extend_from_slice(t);
-                    }
-                    b'k' => push_key(out, it.key(), it.key_binary()),
-                    _ => {}
-                }
-            }
-            let token_sent = it.token_sent();
-            if token_sent {
-                out.extend_from_slice(b" Z");
-            }
-            if it.stale() {
-                out.extend_from_slice(b" X");
-                if !token_sent {
-                    won = true;
-                }
-            }
-            if won {
-                out.extend_from_slice(b" W");
-                it.set_token_sent(true);
-            }
-            out.extend_from_slice(CRLF);
-            if o.value {
-                // Large values go in place, as for `get` (see `splice.rs`).
-                let value = it.value();
-                exec.put_value(out, value, exec.value_pin(value, it.origin()));
-                out.extend_from_slice(CRLF);
-            }
-            if o.locked && !o.no_update {
-                // Delayed bump, so `h` and `l` saw the item as it was.
-                it.bump(now);
-            }
-        },
+        |it: &mut ItemMut<'_>, created| mg_hit(exec, req, &times, it, created, out),
     );
+    // What the lookup found, before a miss was vivified.
+    let read = match (first, hit) {
+        (Lookup::Hit(()), Some(h)) => Lookup::Hit(h.seen),
+        (Lookup::Expired, _) => Lookup::Expired,
+        (Lookup::Flushed, _) => Lookup::Flushed,
+        _ => Lookup::Miss,
+    };
+    exec.observe_read(key, &read, Via::Meta);
     exec.count_dead(first);
-    if failed {
+    if hit.is_some_and(|h| h.failed) {
         out.truncate(start);
         out.extend_from_slice(MetaError::OpaqueTooLong.bytes());
         return;
     }
-    exec.count_meta_get(hit.is_some(), ttl_set);
+    exec.count_meta_get(hit.is_some(), hit.is_some_and(|h| h.ttl_set));
     if hit.is_some() {
         return;
     }
@@ -265,6 +193,130 @@ fn meta_get(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
         out.truncate(start);
     } else {
         out.extend_from_slice(CRLF);
+    }
+}
+
+/// The times an `mg` reads once: now, and its `T`, `N` and `R` times as server times.
+struct MgTimes {
+    now: RelTime,
+    ttl: Option<RelTime>,
+    vivify_ttl: Option<RelTime>,
+    recache: Option<RelTime>,
+}
+
+/// What [`mg_hit`] did: the item as the read hook is told it, whether the reply was
+/// cut by a bad opaque, whether a TTL was set.
+#[derive(Clone, Copy)]
+struct MgHit {
+    seen: Seen,
+    failed: bool,
+    ttl_set: bool,
+}
+
+/// `mg`'s reply to an item it found (or vivified: `created`), composed under the item's
+/// lock, with the item's bumps, TTLs and tokens as the flags ask.
+fn mg_hit(
+    exec: &Exec<'_>,
+    req: &MetaRequest<'_>,
+    t: &MgTimes,
+    it: &mut ItemMut<'_>,
+    created: bool,
+    out: &mut Vec<u8>,
+) -> MgHit {
+    let (o, now) = (req.options, t.now);
+    let mut done = MgHit {
+        seen: Seen::note(it.value().len(), it.flags()),
+        failed: false,
+        ttl_set: false,
+    };
+    if !o.locked && !o.no_update {
+        // memcached bumps during an unlocked fetch, before composing.
+        it.bump(now);
+    }
+    if o.value {
+        out.extend_from_slice(b"VA ");
+        push_num(out, it.value().len());
+    } else {
+        out.extend_from_slice(b"HD");
+    }
+    let mut won = false;
+    for f in req.flags() {
+        match f[0] {
+            b'T' => {
+                done.ttl_set = true;
+                it.set_exptime(t.ttl.unwrap_or(0));
+            }
+            b'N' if created => {
+                it.set_exptime(t.vivify_ttl.unwrap_or(0));
+                won = true;
+            }
+            // Recache: win when the TTL left is below the threshold.
+            b'R' if !it.token_sent()
+                && !created
+                && it.exptime() != 0
+                && it.exptime() < t.recache.unwrap_or(0) =>
+            {
+                won = true;
+            }
+            b'O' if opaque_too_long(f) => {
+                // memcached stops here: no bump under the lock, no token.
+                done.failed = true;
+                return done;
+            }
+            _ => push_item_flag(exec, it, f, now, out),
+        }
+    }
+    let token_sent = it.token_sent();
+    if token_sent {
+        out.extend_from_slice(b" Z");
+    }
+    if it.stale() {
+        out.extend_from_slice(b" X");
+        if !token_sent {
+            won = true;
+        }
+    }
+    if won {
+        out.extend_from_slice(b" W");
+        it.set_token_sent(true);
+    }
+    out.extend_from_slice(CRLF);
+    if o.value {
+        // Large values go in place, as for `get` (see `splice.rs`).
+        let value = it.value();
+        exec.put_value(out, value, exec.value_pin(value, it.origin()));
+        out.extend_from_slice(CRLF);
+    }
+    if o.locked && !o.no_update {
+        // Delayed bump, so `h` and `l` saw the item as it was.
+        it.bump(now);
+    }
+    done
+}
+
+/// One of `mg`'s return flags that reads the item: ` s<size>`, ` t<ttl>`, ` c<cas>`,
+/// ` f<flags>`, ` l<secs>`, ` h<0|1>`, the opaque, ` k<key>`; nothing for another.
+fn push_item_flag(exec: &Exec<'_>, it: &ItemMut<'_>, flag: &[u8], now: RelTime, out: &mut Vec<u8>) {
+    match flag[0] {
+        b's' => push_flag_num(out, b's', it.value().len()),
+        b't' => {
+            out.extend_from_slice(b" t");
+            if it.exptime() == 0 {
+                out.extend_from_slice(b"-1");
+            } else {
+                push_num(out, it.exptime().wrapping_sub(now));
+            }
+        }
+        b'c' => push_flag_num(out, b'c', exec.shared.settings.item_cas(it.cas())),
+        b'f' => push_flag_num(out, b'f', it.flags()),
+        b'l' => push_flag_num(out, b'l', now.wrapping_sub(it.time())),
+        b'h' => push_flag_num(out, b'h', u8::from(it.fetched())),
+        b'O' => {
+            out.push(b' ');
+            out.extend_from_slice(flag);
+        }
+        b'k' => push_key(out, it.key(), it.key_binary()),
+        _ => {}
     }
 }
 
@@ -355,6 +407,7 @@ fn meta_delete(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let mut kbuf = [0u8; MAX_BINARY_KEY_LEN];
     let key = req.decoded_key(&mut kbuf);
     let ttl = o.ttl.map(|t| realtime(clock, t, now));
+    exec.watch_fetch(key, now);
     let (first, done) = exec.with_item(key, false, now, |it, _| {
         if o.cas
             .is_some_and(|c| c != exec.shared.settings.item_cas(it.cas()))
@@ -534,6 +587,7 @@ fn meta_debug(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let now = exec.shared.clock.now();
     let mut kbuf = [0u8; MAX_BINARY_KEY_LEN];
     let key = req.decoded_key(&mut kbuf);
+    exec.watch_fetch(key, now);
     let (first, found) = exec.with_item(key, false, now, |it, _| {
         out.extend_from_slice(b"ME ");
         if it.key_binary() {

@@ -18,6 +18,7 @@ use crate::admin::{
 };
 use crate::clock::Clock;
 use crate::config::Settings;
+use crate::stats::observe::ReadObservers;
 use crate::stats::{StatsRegistry, WorkerStats};
 
 pub mod restart;
@@ -41,6 +42,9 @@ pub struct Shared {
     pub sasl: Option<Sasl>,
     /// ASCII authentication with `-Y` (`admin/auth.rs`).
     pub ascii_auth: Option<AuthFile>,
+    /// Which observers of key reads are on: the read hook's one word
+    /// (`stats/observe.rs`), switched by `prefixes` and `watch`.
+    pub observers: Arc<ReadObservers>,
     /// `stats detail`: counters per key prefix (`admin/prefix.rs`).
     pub prefixes: PrefixStats,
     /// The expired-item crawler and memcached's tuning settings (`admin/crawler.rs`).
@@ -80,7 +84,8 @@ impl Shared {
             .flash()
             .map_or(settings.ext_tunables, storage::Flash::tunables);
         let clock = Clock::new();
-        let watch = Arc::new(Watch::new(&settings.extended));
+        let observers = Arc::new(ReadObservers::default());
+        let watch = Arc::new(Watch::new(&settings.extended, observers.clone()));
         let started = clock.process_started();
         store.set_eviction_sink(Arc::new(EvictionLog {
             watch: watch.clone(),
@@ -111,7 +116,8 @@ impl Shared {
             shutting_down: AtomicBool::new(false),
             sasl,
             ascii_auth,
-            prefixes: PrefixStats::new(settings.prefix_delimiter()),
+            prefixes: PrefixStats::new(settings.prefix_delimiter(), observers.clone()),
+            observers,
             crawler: crawler::Crawler::new(tunables),
             conns: ConnRegistry::default(),
             watch,

@@ -31,6 +31,8 @@ pub mod logger;
 
 pub use protocol::text::WatchStreams as Streams;
 
+use crate::stats::observe::ReadObservers;
+
 /// memcached's `WATCHER_LIMIT`.
 pub const WATCHER_LIMIT: usize = 20;
 /// memcached's defaults for `-o worker_logbuf_size` and `-o watcher_logbuf_size`.
@@ -203,6 +205,9 @@ pub struct Watch {
     pub watcher_skipped: AtomicU64,
     pub watcher_sent: AtomicU64,
     pub attached: AtomicU64,
+    /// Where reads learn that a watcher wants fetchers (its `FETCHERS` bit), kept in
+    /// step with `wanted`.
+    observers: Arc<ReadObservers>,
 }
 
 thread_local! {
@@ -222,9 +227,10 @@ fn kilobytes(extended: &[(String, String)], name: &str) -> Option<usize> {
 }
 
 impl Watch {
-    /// The streams' state for a server with these `-o` options.
+    /// The streams' state for a server with these `-o` options; reads are logged
+    /// through the read hook, which learns from `observers` when fetchers are wanted.
     #[must_use]
-    pub fn new(extended: &[(String, String)]) -> Watch {
+    pub fn new(extended: &[(String, String)], observers: Arc<ReadObservers>) -> Watch {
         Watch {
             wanted: AtomicU16::new(0),
             gid: AtomicU64::new(0),
@@ -241,7 +247,14 @@ impl Watch {
             watcher_skipped: AtomicU64::new(0),
             watcher_sent: AtomicU64::new(0),
             attached: AtomicU64::new(0),
+            observers,
         }
+    }
+
+    /// `wanted` changed: the read hook's `FETCHERS` bit follows it.
+    fn wanted_changed(&self) {
+        let fetchers = self.wants(Streams::FETCHERS);
+        self.observers.set(ReadObservers::FETCHERS, fetchers);
     }
 
     /// Whether a watcher wants any of the `streams` bits: the one check at every event
@@ -342,6 +355,7 @@ impl Watch {
                 min_gid,
             });
         self.wanted.fetch_or(streams, Ordering::Relaxed);
+        self.wanted_changed();
         if let Some(w) = self.waker.get() {
             let _ = w.wake();
         }
@@ -353,6 +367,7 @@ impl Watch {
         let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let all = pending.iter().fold(streams, |a, w| a | w.streams);
         self.wanted.store(all, Ordering::Relaxed);
+        self.wanted_changed();
     }
 
     /// A watcher is gone: its slot is free again.

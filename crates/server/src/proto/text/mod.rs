@@ -10,10 +10,9 @@
 
 mod get;
 
-use protocol::text::{DetailOp, Request, StatsGroup, StoreCommand, TuneCommand};
+use protocol::text::{Request, StoreCommand, TuneCommand};
 use storage::{KeyHash, MetaArith, Peeked, StoreMode, StoreOutcome};
 
-use crate::ops::stats as stats_report;
 use crate::ops::store::Refused;
 use crate::ops::Exec;
 use crate::proto::Flow;
@@ -125,7 +124,7 @@ impl Exec<'_> {
                 self.request_shutdown(graceful);
                 return Flow::Close;
             }
-            Request::Stats(group) => self.stats_command(group, out),
+            Request::Stats(args) => self.stats(args, out),
             Request::MetaNoop => {
                 out.extend_from_slice(b"MN\r\n");
                 *flush_mark = out.len();
@@ -305,33 +304,6 @@ impl Exec<'_> {
             },
         );
         reply(out, noreply, b"SERVER_ERROR object too large for cache\r\n");
-    }
-
-    fn stats_command(&self, group: StatsGroup, out: &mut Vec<u8>) {
-        match group {
-            StatsGroup::General => stats_report::general(self.shared, out),
-            StatsGroup::Settings => stats_report::settings(self.shared, out),
-            StatsGroup::Reset => {
-                self.reset_stats();
-                out.extend_from_slice(b"RESET\r\n");
-            }
-            StatsGroup::Detail(op @ (DetailOp::On | DetailOp::Off)) => {
-                self.set_detail(op == DetailOp::On);
-                out.extend_from_slice(b"OK\r\n");
-            }
-            StatsGroup::Detail(DetailOp::Dump) => self.dump_detail(out),
-            StatsGroup::Slabs => crate::ops::slabs::slabs(self.shared, out),
-            StatsGroup::Items => crate::ops::slabs::items(self.shared, out),
-            StatsGroup::SizesEnable => crate::ops::slabs::set_sizes(self.shared, true, out),
-            StatsGroup::SizesDisable => crate::ops::slabs::set_sizes(self.shared, false, out),
-            StatsGroup::Cachedump(args) => crate::ops::slabs::cachedump(self.shared, args, out),
-            // Over UDP (the only way here: `Conn::step` answers it on a connection,
-            // which knows its descriptor), no connection is the one asking.
-            StatsGroup::Conns => self.shared.conns.report(-1, self.shared.clock.now(), out),
-            StatsGroup::Sizes => crate::ops::slabs::sizes(self.shared, out),
-            StatsGroup::Latency => stats_report::latency(self.shared, out),
-            StatsGroup::Extstore => stats_report::extstore(self.shared, out),
-        }
     }
 }
 

@@ -16,12 +16,13 @@ use std::io::Write;
 use std::sync::atomic::Ordering;
 
 use protocol::meta::MetaCommand;
-use protocol::text::{frame_line, parse_request, DetailOp, LineFrame, Request, StatsGroup};
+use protocol::text::{frame_line, parse_request, LineFrame, Request};
 
 use super::{Conn, Mode, PausedGet, State, Status};
 use crate::admin::verbose;
 use crate::config::Binding;
 use crate::ops::Exec;
+use crate::proto::stats::text_reply_logged;
 use crate::session::ahead::Ahead;
 
 /// The lowest level at which requests are logged (memcached's `settings.verbose > 1`).
@@ -286,11 +287,11 @@ impl Conn {
                     verbose::reply_lines(log, fd, reply, false);
                 }
             }
-            Request::Stats(
-                StatsGroup::Reset | StatsGroup::Detail(DetailOp::On | DetailOp::Off),
-            )
-            | Request::MetaNoop => verbose::reply_lines(log, fd, reply, false),
+            Request::Stats(args) if text_reply_logged(args) => {
+                verbose::reply_lines(log, fd, reply, false);
+            }
             Request::Stats(_) => {}
+            Request::MetaNoop => verbose::reply_lines(log, fd, reply, false),
             request if quiet(request) => {
                 verbose::reply_lines(log, fd, reply, true);
                 // Not for the client: the request said `noreply` (`loud`).

@@ -24,8 +24,8 @@ use std::io::{self, IoSlice};
 use protocol::binary::REQUEST_MAGIC;
 use protocol::fast::{parse_fast_get, parse_fast_store};
 use protocol::text::{
-    frame_line, parse_request, GetCommand, Keys, LineFrame, Request, StatsGroup,
-    MAX_GET_LINE_BYTES, MAX_KEY_LEN,
+    frame_line, parse_request, GetCommand, Keys, LineFrame, Request, MAX_GET_LINE_BYTES,
+    MAX_KEY_LEN,
 };
 use storage::Store;
 
@@ -748,11 +748,6 @@ impl Conn {
                     next,
                 ),
             },
-            Request::Stats(StatsGroup::Conns) => {
-                let now = exec.shared.clock.now();
-                exec.shared.conns.report(self.fd, now, &mut self.wbuf);
-                (Flow::Continue, next)
-            }
             // Raised to 2 in a batch run without logging: memcached prints the reply.
             request @ Request::Verbosity { noreply, .. } if !LOG => {
                 let at = self.wbuf.len();
