@@ -21,7 +21,9 @@ use crate::stats::observe::Via;
 impl Exec<'_> {
     /// `get`/`gets` of one key: [`Exec::get`] without the key iteration and
     /// the pausing between keys. Returns false, having done nothing, when the
-    /// general path must run instead (a key too long, `--null-store`, a touch).
+    /// general path must run instead (a key too long, a touch, a value on flash), or
+    /// [`Exec::get_one_observed`] (an observer of reads is on: the one check this path
+    /// makes for the read hook, joined to the others).
     ///
     /// `hashed` is the key's hash and where [`storage::Store::prefetch_record`] saw
     /// it, when a pipelined batch prefetched its keys ahead (see `ahead.rs`).
@@ -36,11 +38,11 @@ impl Exec<'_> {
         out: &mut Vec<u8>,
         flush_mark: &mut usize,
     ) -> bool {
-        if key.len() > MAX_KEY_LEN || matches!(command, GetCommand::Gat | GetCommand::Gats) {
+        if key.len() > MAX_KEY_LEN
+            || matches!(command, GetCommand::Gat | GetCommand::Gats)
+            || self.observing_reads()
+        {
             return false;
-        }
-        if self.observing_reads() {
-            return self.get_one_observed(command, key, hashed, out, flush_mark);
         }
         // A copy each for `get` and `gets`, so that neither carries the other's cas
         // checks through the reply.
@@ -51,22 +53,25 @@ impl Exec<'_> {
         }
     }
 
-    /// [`Exec::get_one`] with an observer of reads on: its own copy, so that the usual
-    /// one keeps nothing of the hit for the read hook.
+    /// [`Exec::get_one`] with an observer of reads on, which tells the read hook: its
+    /// own copy, out of line, so that the usual one neither keeps anything of the hit
+    /// nor holds a call. False, having done nothing, where `get_one` would be.
     #[cold]
     #[inline(never)]
-    fn get_one_observed(
+    pub fn get_one_observed(
         &self,
         command: GetCommand,
         key: &[u8],
-        hashed: Option<(KeyHash, Peeked)>,
         out: &mut Vec<u8>,
         flush_mark: &mut usize,
     ) -> bool {
+        if key.len() > MAX_KEY_LEN || matches!(command, GetCommand::Gat | GetCommand::Gats) {
+            return false;
+        }
         if command.returns_cas() {
-            self.get_one_as::<true, Seen>(key, hashed, out, flush_mark)
+            self.get_one_as::<true, Seen>(key, None, out, flush_mark)
         } else {
-            self.get_one_as::<false, Seen>(key, hashed, out, flush_mark)
+            self.get_one_as::<false, Seen>(key, None, out, flush_mark)
         }
     }
 

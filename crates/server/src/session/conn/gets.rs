@@ -1,10 +1,10 @@
 //! What the request loop (`mod.rs`) hands off about retrievals and timing: running a
-//! request parsed ahead, ending or pausing a multi-get, and each request's latency
-//! class (`stats/latency.rs`).
+//! request parsed ahead, ending, pausing and resuming a multi-get, and each request's
+//! latency class (`stats/latency.rs`).
 
-use protocol::text::{GetCommand, Request, StoreCommand};
+use protocol::text::{GetCommand, Keys, Request, StoreCommand};
 
-use super::{Conn, PausedGet};
+use super::{Conn, PausedGet, OUTPUT_HIGH_WATER_BYTES};
 use crate::ops::Exec;
 use crate::proto::text::StoreRequest;
 use crate::session::ahead::{Ahead, Kind};
@@ -58,6 +58,29 @@ impl Conn {
         }
         self.rpos += item.total as usize;
         true
+    }
+
+    /// Resume what `paused` left at `rpos`: the connection's `lru_crawler metadump`, or
+    /// a multi-get (paused on its output or its flash reads).
+    #[inline(always)]
+    pub(super) fn resume(&mut self, exec: &Exec<'_>, p: PausedGet) -> bool {
+        if p.end == PausedGet::DUMP.end {
+            self.continue_dump(exec);
+            return true;
+        }
+        let line = &self.rbuf[self.rpos..self.rpos + p.end];
+        let keys = Keys::resume(line, p.key_pos);
+        let pause_at = self.wpos + OUTPUT_HIGH_WATER_BYTES;
+        let paused = exec.get(
+            p.command,
+            p.exptime,
+            keys,
+            &mut self.wbuf,
+            &mut self.flush_mark,
+            pause_at,
+        );
+        let flash = exec.flash_deferred();
+        self.after_get(paused, flash, p.command, p.exptime, p.end, p.next)
     }
 
     /// Finish or pause a retrieval command whose line is at `rpos`: `paused`
