@@ -103,3 +103,114 @@ impl Exec<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use protocol::binary::{frame_packet, opcode, write_request};
+
+    use super::*;
+    use crate::admin::watch::{Event as LogEvent, GetStatus, Streams};
+    use crate::session::{Ahead, Conn};
+    use crate::state::Shared;
+
+    fn shared() -> Shared {
+        Shared::from_args(["ferrocache", "-t", "1"]).unwrap()
+    }
+
+    /// Feed `input` to a fresh connection in one read; its replies.
+    fn run(shared: &Shared, input: &[u8]) -> Vec<u8> {
+        let exec = Exec {
+            shared,
+            stats: shared.worker_stats(0),
+            sink: crate::reply::Sink::COPY,
+            latency: None,
+        };
+        let mut conn = Conn::new();
+        let space = conn.read_space();
+        space[..input.len()].copy_from_slice(input);
+        conn.filled(input.len());
+        conn.process(&exec, &mut Ahead::default());
+        conn.output().to_vec()
+    }
+
+    fn detail(shared: &Shared) -> String {
+        let mut out = Vec::new();
+        shared.prefixes.dump(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn every_text_get_path_is_told_once_detail_is_on_in_the_same_batch() {
+        let s = shared();
+        run(&s, b"set a:1 0 0 1\r\nx\r\nset b:1 0 0 1\r\ny\r\n");
+        assert_eq!(s.observers.on(), 0);
+        // `stats detail on` and then, in the same read: a one-key get (taken ahead,
+        // behind the first), a gets, a multi-get, a gat, and `mg`, which memcached's
+        // `stats detail` does not count.
+        let out = run(
+            &s,
+            b"stats detail on\r\nget a:1\r\ngets a:2\r\nget a:1 b:1 b:2\r\n\
+              gat 0 b:1\r\nmg a:1 v\r\n",
+        );
+        assert!(out.starts_with(b"OK\r\nVALUE a:1 0 1\r\nx\r\nEND\r\nEND\r\n"));
+        assert_eq!(s.observers.on(), ReadObservers::DETAIL);
+        // (Dumped in memcached's bucket order.)
+        let counted =
+            "PREFIX b get 3 hit 2 set 0 del 0\r\nPREFIX a get 3 hit 2 set 0 del 0\r\nEND\r\n";
+        assert_eq!(detail(&s), counted);
+        // A lone get, which goes around the request loop.
+        assert_eq!(run(&s, b"get zz:1\r\n"), b"END\r\n");
+        assert!(detail(&s).contains("PREFIX zz get 1 hit 0 "));
+        let counted = detail(&s);
+        run(&s, b"stats detail off\r\nget a:1\r\n");
+        assert_eq!(s.observers.on(), 0);
+        assert_eq!(detail(&s), counted);
+    }
+
+    #[test]
+    fn a_binary_get_is_told_with_its_outcome() {
+        let s = shared();
+        s.prefixes.set_enabled(true);
+        let mut input = Vec::new();
+        write_request(&mut input, opcode::GET, b"", b"p:miss", b"", 0, 0);
+        write_request(&mut input, opcode::SET, &[0; 8], b"p:hit", b"v", 0, 0);
+        write_request(&mut input, opcode::GETK, b"", b"p:hit", b"", 0, 0);
+        let out = run(&s, &input);
+        let mut rest = &out[..];
+        let mut statuses = Vec::new();
+        while let Some(p) = frame_packet(rest) {
+            statuses.push(p.header.status);
+            rest = &rest[p.header.packet_len()..];
+        }
+        assert_eq!(statuses, [1, 0, 0]);
+        assert_eq!(detail(&s), "PREFIX p get 2 hit 1 set 1 del 0\r\nEND\r\n");
+    }
+
+    #[test]
+    fn a_watcher_of_fetchers_logs_each_read_from_its_lookup() {
+        let s = shared();
+        run(&s, b"set k 5 0 3\r\nabc\r\n");
+        let (socket, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(s.watch.reserve());
+        s.watch.attach(socket.into(), Streams::FETCHERS);
+        assert_eq!(s.observers.on(), ReadObservers::FETCHERS);
+        run(&s, b"get k nope\r\nmg k\r\n");
+        let queues = s.watch.queues.lock().unwrap();
+        let gets: Vec<_> = queues
+            .iter()
+            .flat_map(|q| q.batch.lock().unwrap().records.clone())
+            .map(|r| match r.event {
+                LogEvent::Get { status, nbytes, .. } => (status, nbytes),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            gets,
+            [
+                (GetStatus::Found, 5),
+                (GetStatus::NotFound, 0),
+                (GetStatus::Found, 5)
+            ]
+        );
+    }
+}

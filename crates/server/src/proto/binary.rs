@@ -667,6 +667,34 @@ mod tests {
     }
 
     #[test]
+    fn stat_groups_are_found_and_framed_as_the_table_says() {
+        let (shared, stats) = shared();
+        let mut s = Session::default();
+        let stat = |key: &[u8]| packet(opcode::STAT, b"", key, b"");
+        let names = |replies: &[(u16, Vec<u8>)]| replies.iter().map(|r| r.0).collect::<Vec<_>>();
+        // `reset` and `detail on` act and answer with the terminator alone.
+        for key in [&b"reset"[..], b"detail on"] {
+            let (_, r) = run(&shared, &stats, None, &mut s, &stat(key));
+            assert_eq!(r, vec![(0, Vec::new())], "{key:?}");
+        }
+        assert!(shared.prefixes.enabled());
+        // The dump goes whole, as the value of one stat (`detailed`).
+        let (_, r) = run(&shared, &stats, None, &mut s, &stat(b"detail dump"));
+        assert_eq!(r, vec![(0, b"END\r\n".to_vec()), (0, Vec::new())]);
+        // Groups of STAT lines: a packet each, then the terminator.
+        let (_, r) = run(&shared, &stats, None, &mut s, &stat(b"sizes_disable"));
+        assert_eq!(r, vec![(0, b"disabled".to_vec()), (0, Vec::new())]);
+        let (_, r) = run(&shared, &stats, None, &mut s, &stat(b""));
+        assert!(r.len() > 50 && names(&r).iter().all(|&status| status == 0));
+        assert_eq!(r.last(), Some(&(0, Vec::new())));
+        // Groups binary does not serve, and names it does not know.
+        for key in [&b"conns"[..], b"latency", b"detail", b"bogus"] {
+            let (_, r) = run(&shared, &stats, None, &mut s, &stat(key));
+            assert_eq!(r, vec![(1, b"Not found".to_vec())], "{key:?}");
+        }
+    }
+
+    #[test]
     fn without_sasl_the_sasl_opcodes_are_unknown() {
         let (shared, stats) = shared();
         let mut s = Session::default();

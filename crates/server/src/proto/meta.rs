@@ -461,14 +461,17 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let o = req.options;
     let mut kbuf = [0u8; MAX_BINARY_KEY_LEN];
     let key = req.decoded_key(&mut kbuf);
-    let ttl = o.ttl.map(|t| realtime(clock, t, now));
-    let vivify_ttl = o.vivify.map(|t| realtime(clock, t, now));
-    // memcached walks the flags after acting and stops at an over-long opaque, so a
-    // `T` (or `N`) after one never takes effect.
-    let cut = req.flags().position(opaque_too_long);
-    let before_cut = |i: usize| cut.is_none_or(|c| i < c);
+    let times = MaTimes {
+        ttl: o.ttl.map(|t| realtime(clock, t, now)),
+        vivify_ttl: o.vivify.map(|t| realtime(clock, t, now)),
+        // memcached walks the flags after acting and stops at an over-long opaque, so a
+        // `T` (or `N`) after one never takes effect.
+        cut: req.flags().position(opaque_too_long),
+    };
     let ttl_pos = req.flags().position(|t| t[0] == b'T');
-    let applied_ttl = ttl.filter(|_| ttl_pos.is_some_and(before_cut));
+    let applied_ttl = times
+        .ttl
+        .filter(|_| ttl_pos.is_some_and(|i| times.before_cut(i)));
 
     let result = exec.incr_decr(
         key,
@@ -479,64 +482,23 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
         o.vivify.is_none(),
     );
     let start = out.len();
-    // (value, cas, exptime before the flags, created)
-    let found = match result {
-        MetaArith::Value {
-            value,
-            cas,
-            exptime,
-            ..
-        } => Some((value, cas, exptime, false)),
-        MetaArith::NotFound if o.vivify.is_some() => {
-            // Vivify: an item holding the initial value; `T` and `N` set its exptime
-            // in the order given (up to a bad opaque).
-            let mut exptime = 0;
-            for (i, t) in req.flags().enumerate() {
-                if !before_cut(i) {
-                    break;
-                }
-                match t[0] {
-                    b'T' => exptime = ttl.unwrap_or(0),
-                    b'N' => exptime = vivify_ttl.unwrap_or(0),
-                    _ => {}
-                }
+    let Counter {
+        value,
+        cas,
+        exptime,
+        created,
+    } = match ma_counter(exec, req, &times, key, result, out) {
+        MaFound::Counter(counter) => counter,
+        MaFound::Missing => {
+            if !push_opaque_and_key(out, req, key) {
+                out.truncate(start);
+                out.extend_from_slice(MetaError::OpaqueTooLong.bytes());
+                return;
             }
-            let (outcome, cas) = exec.create_counter(key, o.initial, exptime);
-            match outcome {
-                StoreOutcome::Stored | StoreOutcome::NotStored => Some((o.initial, cas, 0, true)),
-                _ => {
-                    out.extend_from_slice(b"SERVER_ERROR Out of memory allocating new item\r\n");
-                    return;
-                }
-            }
-        }
-        MetaArith::NotFound => {
-            out.extend_from_slice(b"NF");
-            None
-        }
-        MetaArith::Exists => {
-            out.extend_from_slice(b"EX");
-            None
-        }
-        MetaArith::NonNumeric => {
-            out.extend_from_slice(
-                b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
-            );
+            out.extend_from_slice(CRLF);
             return;
         }
-        MetaArith::NoMemory => {
-            out.extend_from_slice(b"SERVER_ERROR out of memory\r\n");
-            return;
-        }
-    };
-    let Some((value, cas, mut exptime, created)) = found else {
-        if !push_opaque_and_key(out, req, key) {
-            out.truncate(start);
-            out.extend_from_slice(MetaError::OpaqueTooLong.bytes());
-            return;
-        }
-        out.extend_from_slice(CRLF);
-        return;
+        MaFound::Answered => return,
     };
     let mut num = itoa::Buffer::new();
     let digits = num.format(value).as_bytes();
@@ -546,6 +508,7 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     } else {
         out.extend_from_slice(b"HD");
     }
+    let mut exptime = exptime;
     for t in req.flags() {
         match t[0] {
             b'c' => push_flag_num(out, b'c', exec.shared.settings.item_cas(cas)),
@@ -557,8 +520,8 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
                     push_num(out, exptime.wrapping_sub(now));
                 }
             }
-            b'T' => exptime = ttl.unwrap_or(0),
-            b'N' if created => exptime = vivify_ttl.unwrap_or(0),
+            b'T' => exptime = times.ttl.unwrap_or(0),
+            b'N' if created => exptime = times.vivify_ttl.unwrap_or(0),
             b'O' => {
                 if t.len() > MAX_OPAQUE_TOKEN_LEN {
                     out.truncate(start);
@@ -580,6 +543,110 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     if o.quiet && !created {
         out.truncate(start);
     }
+}
+
+/// The TTLs of an `ma` as server times, and where its flags are cut by an over-long opaque.
+struct MaTimes {
+    ttl: Option<RelTime>,
+    vivify_ttl: Option<RelTime>,
+    cut: Option<usize>,
+}
+
+impl MaTimes {
+    /// Whether flag `i` comes before the over-long opaque, if there is one.
+    fn before_cut(&self, i: usize) -> bool {
+        self.cut.is_none_or(|c| i < c)
+    }
+}
+
+/// The number an `ma` answers with: its value and cas, its exptime before the flags
+/// are walked, and whether the miss was vivified.
+#[derive(Clone, Copy)]
+struct Counter {
+    value: u64,
+    cas: u64,
+    exptime: RelTime,
+    created: bool,
+}
+
+/// What `ma`'s store call came to.
+enum MaFound {
+    /// The number to answer with.
+    Counter(Counter),
+    /// `NF` or `EX`, written; its flags follow.
+    Missing,
+    /// An error line, written whole.
+    Answered,
+}
+
+/// What `ma`'s store call gave, with a miss vivified when `N` asks.
+fn ma_counter(
+    exec: &Exec<'_>,
+    req: &MetaRequest<'_>,
+    t: &MaTimes,
+    key: &[u8],
+    result: MetaArith,
+    out: &mut Vec<u8>,
+) -> MaFound {
+    let o = req.options;
+    let counter = match result {
+        MetaArith::Value {
+            value,
+            cas,
+            exptime,
+            ..
+        } => Counter {
+            value,
+            cas,
+            exptime,
+            created: false,
+        },
+        MetaArith::NotFound if o.vivify.is_some() => {
+            // Vivify: an item holding the initial value; `T` and `N` set its exptime
+            // in the order given (up to a bad opaque).
+            let mut exptime = 0;
+            for (i, f) in req.flags().enumerate() {
+                if !t.before_cut(i) {
+                    break;
+                }
+                match f[0] {
+                    b'T' => exptime = t.ttl.unwrap_or(0),
+                    b'N' => exptime = t.vivify_ttl.unwrap_or(0),
+                    _ => {}
+                }
+            }
+            let (outcome, cas) = exec.create_counter(key, o.initial, exptime);
+            if !matches!(outcome, StoreOutcome::Stored | StoreOutcome::NotStored) {
+                out.extend_from_slice(b"SERVER_ERROR Out of memory allocating new item\r\n");
+                return MaFound::Answered;
+            }
+            Counter {
+                value: o.initial,
+                cas,
+                exptime: 0,
+                created: true,
+            }
+        }
+        MetaArith::NotFound => {
+            out.extend_from_slice(b"NF");
+            return MaFound::Missing;
+        }
+        MetaArith::Exists => {
+            out.extend_from_slice(b"EX");
+            return MaFound::Missing;
+        }
+        MetaArith::NonNumeric => {
+            out.extend_from_slice(
+                b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+            );
+            return MaFound::Answered;
+        }
+        MetaArith::NoMemory => {
+            out.extend_from_slice(b"SERVER_ERROR out of memory\r\n");
+            return MaFound::Answered;
+        }
+    };
+    MaFound::Counter(counter)
 }
 
 /// `me`: memcached's `process_meta_command`, a debug line.

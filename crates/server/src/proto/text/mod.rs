@@ -64,21 +64,7 @@ impl Exec<'_> {
                 key,
                 delta,
                 noreply,
-            } => match self.incr_decr(key, delta, incr, 0, None, true) {
-                MetaArith::Value { value, .. } => {
-                    if !noreply {
-                        push_u64(out, value);
-                        out.extend_from_slice(CRLF);
-                    }
-                }
-                MetaArith::NotFound | MetaArith::Exists => reply(out, noreply, b"NOT_FOUND\r\n"),
-                MetaArith::NonNumeric => reply(
-                    out,
-                    noreply,
-                    b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
-                ),
-                MetaArith::NoMemory => reply(out, noreply, b"SERVER_ERROR out of memory\r\n"),
-            },
+            } => self.arith(incr, key, delta, noreply, out),
             Request::Touch {
                 key,
                 exptime,
@@ -108,14 +94,7 @@ impl Exec<'_> {
                 out.extend_from_slice(CRLF);
             }
             Request::Quit => return Flow::CloseAfterWrite,
-            Request::RefreshCerts { noreply } => match self.refresh_certs() {
-                Ok(()) => reply(out, noreply, b"OK\r\n"),
-                Err(message) => {
-                    // memcached writes its error message even under noreply.
-                    out.extend_from_slice(message.as_bytes());
-                    out.extend_from_slice(CRLF);
-                }
-            },
+            Request::RefreshCerts { noreply } => self.refresh_certs_command(noreply, out),
             Request::Shutdown { graceful } => {
                 if !self.shared.settings.shutdown_enabled {
                     out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
@@ -151,16 +130,48 @@ impl Exec<'_> {
             Request::LruCrawler(command) => {
                 out.extend_from_slice(self.shared.crawler.command(command));
             }
-            Request::Tune { command, noreply } => {
-                reply(out, noreply, self.shared.crawler.tune(command));
-                if let (TuneCommand::Extstore(_), Some(flash)) =
-                    (command, self.shared.store.flash())
-                {
-                    flash.set_tunables(self.shared.crawler.tunables().ext);
-                }
-            }
+            Request::Tune { command, noreply } => self.tune(command, noreply, out),
         }
         Flow::Continue
+    }
+
+    /// `incr`/`decr`: the new value, or why not.
+    fn arith(&self, incr: bool, key: &[u8], delta: u64, noreply: bool, out: &mut Vec<u8>) {
+        match self.incr_decr(key, delta, incr, 0, None, true) {
+            MetaArith::Value { value, .. } => {
+                if !noreply {
+                    push_u64(out, value);
+                    out.extend_from_slice(CRLF);
+                }
+            }
+            MetaArith::NotFound | MetaArith::Exists => reply(out, noreply, b"NOT_FOUND\r\n"),
+            MetaArith::NonNumeric => reply(
+                out,
+                noreply,
+                b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+            ),
+            MetaArith::NoMemory => reply(out, noreply, b"SERVER_ERROR out of memory\r\n"),
+        }
+    }
+
+    /// `refresh_certs`: `OK`, or the error, which memcached writes even under noreply.
+    fn refresh_certs_command(&self, noreply: bool, out: &mut Vec<u8>) {
+        match self.refresh_certs() {
+            Ok(()) => reply(out, noreply, b"OK\r\n"),
+            Err(message) => {
+                out.extend_from_slice(message.as_bytes());
+                out.extend_from_slice(CRLF);
+            }
+        }
+    }
+
+    /// `slabs`, `lru` and `extstore` tuning: the crawler keeps the settings, and the
+    /// flash tier takes its own at once.
+    fn tune(&self, command: TuneCommand, noreply: bool, out: &mut Vec<u8>) {
+        reply(out, noreply, self.shared.crawler.tune(command));
+        if let (TuneCommand::Extstore(_), Some(flash)) = (command, self.shared.store.flash()) {
+            flash.set_tunables(self.shared.crawler.tunables().ext);
+        }
     }
 
     /// `watch`, as memcached's `process_watch_command`: refused with `-W`, after other
