@@ -1,12 +1,14 @@
 //! The read hook: every get-family path tells [`Exec::observe_read`] what each key's
 //! lookup found, and the hook tells the observers that are on (`stats/observe.rs`).
 //!
-//! Off, it costs one relaxed load and one predictable branch: [`Exec::observing_reads`].
-//! The text gets, whose every instruction per key counts, make that check once per
-//! command and run a copy of their loop whose visitor notes nothing ([`Note`] for
-//! `()`); the observed copy's visitor notes each hit's length and flags ([`Seen`]),
-//! and calls the hook for each key. The other paths (meta `mg`, binary GET, GAT and
-//! TOUCH) call it after each lookup.
+//! Off, it costs a load of the observers' word and one predictable branch
+//! ([`Exec::observing_reads`]). The text gets, whose every instruction counts, make
+//! that check once per request and run a copy of their path whose visitor notes nothing
+//! for the hook ([`Note`] for `()`): a one-key get as one more of the refusals it
+//! already makes (the step then runs its observed copy, out of line), a multi-get once
+//! per command. The observed copies' visitor notes each hit's length and flags
+//! ([`Seen`]) and calls the hook for each key. The other paths (meta `mg`, binary GET,
+//! GAT and TOUCH) call it after each lookup.
 //!
 //! The dispatch ([`Exec::tell_observers`]) is the one list of observers: an observer
 //! added there, with its bit, is told every read of every protocol.

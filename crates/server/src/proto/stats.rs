@@ -66,119 +66,85 @@ pub struct Group {
 }
 
 use BinaryMatch::{Exact, No, Prefix};
-use BinaryReply::Stats as Packets;
+use BinaryReply::{Stats as Packets, Whole};
 use TextReply::{Line, Stats};
 
 /// Every group, in the order they are tried (a binary prefix before the exact names, as
 /// memcached tries them; `detail`'s sub-commands before its usage error).
 pub static GROUPS: &[Group] = &[
-    Group {
-        name: "",
-        report: |e, _, out| general(e.shared, out),
-        text: Stats,
-        binary: (Exact, Packets),
-    },
-    Group {
-        name: "reset",
-        report: |e, _, out| {
-            e.reset_stats();
-            out.extend_from_slice(b"RESET\r\n");
+    group("", Stats, (Exact, Packets), |e, _, out| {
+        general(e.shared, out)
+    }),
+    group("reset", Line, (Prefix, Packets), |e, _, out| {
+        e.reset_stats();
+        out.extend_from_slice(b"RESET\r\n");
+    }),
+    group("settings", Stats, (Prefix, Packets), |e, _, out| {
+        settings(e.shared, out);
+    }),
+    group("detail on", Line, (Prefix, Packets), |e, _, out| {
+        e.set_detail(true);
+        out.extend_from_slice(b"OK\r\n");
+    }),
+    group("detail off", Line, (Prefix, Packets), |e, _, out| {
+        e.set_detail(false);
+        out.extend_from_slice(b"OK\r\n");
+    }),
+    group(
+        "detail dump",
+        Stats,
+        (Prefix, Whole(b"detailed")),
+        |e, _, out| {
+            e.dump_detail(out);
         },
-        text: Line,
-        binary: (Prefix, Packets),
-    },
-    Group {
-        name: "settings",
-        report: |e, _, out| settings(e.shared, out),
-        text: Stats,
-        binary: (Prefix, Packets),
-    },
-    Group {
-        name: "detail on",
-        report: |e, _, out| {
-            e.set_detail(true);
-            out.extend_from_slice(b"OK\r\n");
-        },
-        text: Line,
-        binary: (Prefix, Packets),
-    },
-    Group {
-        name: "detail off",
-        report: |e, _, out| {
-            e.set_detail(false);
-            out.extend_from_slice(b"OK\r\n");
-        },
-        text: Line,
-        binary: (Prefix, Packets),
-    },
-    Group {
-        name: "detail dump",
-        report: |e, _, out| e.dump_detail(out),
-        text: Stats,
-        binary: (Prefix, BinaryReply::Whole(b"detailed")),
-    },
-    Group {
-        name: "detail",
-        report: |_, _, out| out.extend_from_slice(ErrorReply::StatsDetailUsage.bytes()),
-        text: Line,
-        binary: (No, Packets),
-    },
-    Group {
-        name: "cachedump",
-        report: |e, args, out| slabs::cachedump(e.shared, args, out),
-        text: Stats,
-        binary: (No, Packets),
-    },
-    Group {
-        name: "slabs",
-        report: |e, _, out| slabs::slabs(e.shared, out),
-        text: Stats,
-        binary: (Exact, Packets),
-    },
-    Group {
-        name: "items",
-        report: |e, _, out| slabs::items(e.shared, out),
-        text: Stats,
-        binary: (Exact, Packets),
-    },
-    Group {
-        name: "sizes",
-        report: |e, _, out| slabs::sizes(e.shared, out),
-        text: Stats,
-        binary: (Exact, Packets),
-    },
-    Group {
-        name: "sizes_enable",
-        report: |e, _, out| slabs::set_sizes(e.shared, true, out),
-        text: Stats,
-        binary: (Exact, Packets),
-    },
-    Group {
-        name: "sizes_disable",
-        report: |e, _, out| slabs::set_sizes(e.shared, false, out),
-        text: Stats,
-        binary: (Exact, Packets),
-    },
-    Group {
-        // The socket asking is listed as `conn_parse_cmd`; over UDP none is (-1).
-        name: "conns",
-        report: |e, _, out| e.shared.conns.report(e.sink.fd, e.now(), out),
-        text: Stats,
-        binary: (No, Packets),
-    },
-    Group {
-        name: "latency",
-        report: |e, _, out| latency(e.shared, out),
-        text: Stats,
-        binary: (No, Packets),
-    },
-    Group {
-        name: "extstore",
-        report: |e, _, out| extstore(e.shared, out),
-        text: Stats,
-        binary: (No, Packets),
-    },
+    ),
+    group("detail", Line, (No, Packets), |_, _, out| {
+        out.extend_from_slice(ErrorReply::StatsDetailUsage.bytes());
+    }),
+    group("cachedump", Stats, (No, Packets), |e, args, out| {
+        slabs::cachedump(e.shared, args, out);
+    }),
+    group("slabs", Stats, (Exact, Packets), |e, _, out| {
+        slabs::slabs(e.shared, out)
+    }),
+    group("items", Stats, (Exact, Packets), |e, _, out| {
+        slabs::items(e.shared, out)
+    }),
+    group("sizes", Stats, (Exact, Packets), |e, _, out| {
+        slabs::sizes(e.shared, out)
+    }),
+    group("sizes_enable", Stats, (Exact, Packets), |e, _, out| {
+        slabs::set_sizes(e.shared, true, out);
+    }),
+    group("sizes_disable", Stats, (Exact, Packets), |e, _, out| {
+        slabs::set_sizes(e.shared, false, out);
+    }),
+    // The socket asking is listed as `conn_parse_cmd`; over UDP none is (-1).
+    group("conns", Stats, (No, Packets), |e, _, out| {
+        e.shared.conns.report(e.sink.fd, e.now(), out);
+    }),
+    group("latency", Stats, (No, Packets), |e, _, out| {
+        latency(e.shared, out)
+    }),
+    group("extstore", Stats, (No, Packets), |e, _, out| {
+        extstore(e.shared, out)
+    }),
 ];
+
+/// A row of [`GROUPS`].
+const fn group(
+    name: &'static str,
+    text: TextReply,
+    binary: (BinaryMatch, BinaryReply),
+    report: Report,
+) -> Group {
+    Group {
+        name,
+        report,
+        text,
+        binary,
+    }
+}
 
 impl Group {
     /// Whether the text tokens after `stats` name this group: each word of the name

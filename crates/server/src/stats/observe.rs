@@ -15,9 +15,9 @@
 //! ```
 //!
 //! A new observer takes a bit here, keeps its state beside the word in
-//! [`ReadObservers`] (which every worker reaches through `Shared::observers`), and is
-//! told in the hook's dispatch; its report is a row of the `stats` groups
-//! (`proto/stats.rs`).
+//! [`ReadObservers`] (which every worker reaches through `Shared::observers`; `stats
+//! reset` reaches it through [`ReadObservers::reset`]), and is told in the hook's
+//! dispatch; its report is a row of the `stats` groups (`proto/stats.rs`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -49,6 +49,10 @@ impl ReadObservers {
             self.on.fetch_and(!bits, Ordering::Relaxed);
         }
     }
+
+    /// `stats reset`: the observers whose state is kept here start counting again.
+    /// (Prefix stats and `watch` keep theirs in `admin`; none is kept here yet.)
+    pub fn reset(&self) {}
 }
 
 /// What a read found: a hit with its value's length and client flags, or why not.

@@ -17,7 +17,9 @@
 //! that the logger holds for one swap. The logger owns the watchers' sockets, handed to
 //! it by the worker that parsed `watch` (the io layer deregisters them first).
 //! [`Watch::wanted`] is the union of the watchers' streams: with no watcher it is 0
-//! and an event site costs one relaxed atomic load.
+//! and an event site costs one relaxed atomic load. A read (a get, `mg`, a binary GET)
+//! is no such site: it is logged through the read hook (`ops/observe.rs`), whose
+//! `FETCHERS` bit follows `wanted`.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
