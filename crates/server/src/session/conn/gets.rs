@@ -26,15 +26,12 @@ impl Conn {
         let hashed = (item.hash, item.peeked);
         match item.kind {
             Kind::Get(command) => {
-                let done = exec.get_one(
-                    command,
-                    key,
-                    Some(hashed),
-                    &mut self.wbuf,
-                    &mut self.flush_mark,
-                );
+                let (out, mark) = (&mut self.wbuf, &mut self.flush_mark);
                 // Queued only when `get_one` takes it: a key short enough, no null
-                // store, no touch; it gives it back when the value is on flash.
+                // store, no touch; it gives it back when the value is on flash, and
+                // refuses it to run its observed copy when an observer of reads is on.
+                let done = exec.get_one(command, key, Some(hashed), out, mark)
+                    || (exec.observing_reads() && exec.get_one_observed(command, key, out, mark));
                 if !done {
                     return false;
                 }

@@ -25,18 +25,6 @@ enum Ran {
     Wait(usize),
 }
 
-impl Ran {
-    /// The value of a line whose next request would start at `next` refused, its `len`
-    /// bytes and their `\r\n` to be swallowed.
-    #[inline(always)]
-    fn refused(next: usize, len: usize) -> Ran {
-        Ran::Refused {
-            next,
-            remaining: len + 2,
-        }
-    }
-}
-
 impl Conn {
     /// [`Conn::step`] on a text connection. Inlined into the request loop as `step` is.
     #[inline(always)]
@@ -211,17 +199,21 @@ fn run_store(
     let item_size_max = exec.shared.settings.memcached_item_limit();
     if !memcached_item_fits(item_size_max, key.len(), flags, len) {
         exec.reject_too_large(command, key, noreply, out);
-        return Ran::refused(next, len);
+        return Ran::Refused {
+            next,
+            remaining: len + 2,
+        };
     }
-    let (data, total) = match data_block(input, next, len) {
-        Ok(block) => block,
-        Err(wait) => return wait,
-    };
+    let total = next + len + 2;
+    if input.len() < total {
+        return Ran::Wait(total);
+    }
     let hashed = if batch && total < input.len() {
         ahead.fill(exec, input, rpos, key, total, item_size_max)
     } else {
         None
     };
+    let data = &input[next..total];
     let request = StoreRequest {
         command,
         key,
@@ -250,22 +242,14 @@ fn run_meta(
     let Some(len) = m.data_len() else {
         return Ran::Done(meta::execute(exec, m, None, out, flush_mark), next);
     };
-    if !meta::admit_data(exec, &m, out) {
-        return Ran::refused(next, len);
-    }
-    match data_block(input, next, len) {
-        Ok((data, total)) => Ran::Done(meta::execute(exec, m, Some(data), out, flush_mark), total),
-        Err(wait) => wait,
-    }
-}
-
-/// The data block of `len` bytes and its `\r\n` from `next` on, and where the request
-/// after it starts; or, when it has not all arrived, what to wait for.
-#[inline(always)]
-fn data_block(input: &[u8], next: usize, len: usize) -> Result<(&[u8], usize), Ran> {
+    // The block and its `\r\n`.
     let total = next + len + 2;
-    if input.len() < total {
-        return Err(Ran::Wait(total));
+    if !meta::admit_data(exec, &m, out) {
+        let remaining = total - next;
+        return Ran::Refused { next, remaining };
     }
-    Ok((&input[next..total], total))
+    match input.get(next..total) {
+        Some(data) => Ran::Done(meta::execute(exec, m, Some(data), out, flush_mark), total),
+        None => Ran::Wait(total),
+    }
 }
