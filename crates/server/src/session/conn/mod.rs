@@ -12,6 +12,12 @@
 //!  wbuf: [ written  | replies not yet written ]
 //!         0        wpos                      len
 //! ```
+//!
+//! The request loop is here ([`Conn::process`], `step`); each kind of step has a file:
+//! `text.rs` (a text request, with its data block), `gets.rs` (a request parsed ahead, a
+//! multi-get paused and resumed, latency classes), `modes.rs` (the binary protocol, a
+//! `-Y` login, a running `lru_crawler metadump`, the choice of protocol), `log.rs`
+//! (`-vv`). `buffers.rs` and `memory.rs` keep the buffers and their accounting.
 
 pub mod buffers;
 mod gets;
