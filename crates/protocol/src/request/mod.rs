@@ -194,53 +194,6 @@ impl ErrorReply {
     }
 }
 
-/// The `stats` sub-commands ferrocache knows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StatsGroup {
-    General,
-    Settings,
-    Reset,
-    /// `stats detail on|off|dump`
-    Detail(DetailOp),
-    /// `stats slabs`: per memcached slab class, and the totals.
-    Slabs,
-    /// `stats items`: per memcached slab class.
-    Items,
-    /// `stats sizes`, `stats sizes_enable`, `stats sizes_disable`.
-    Sizes,
-    SizesEnable,
-    SizesDisable,
-    /// `stats conns`: the open sockets.
-    Conns,
-    /// `stats latency`: ferrocache's per-command latency (memcached has none).
-    Latency,
-    /// `stats extstore`: the flash tier's pages.
-    Extstore,
-    /// `stats cachedump <class> <limit>`, as parsed (the server checks `-X` first).
-    Cachedump(Cachedump),
-}
-
-/// The arguments of `stats cachedump`, or what memcached says about them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cachedump {
-    /// Class id (below 64) and how many items at most (0: as many as fit).
-    Dump { class: u32, limit: u32 },
-    /// Fewer than two arguments: `CLIENT_ERROR bad command line`.
-    TooFew,
-    /// An argument that is not a number: `CLIENT_ERROR bad command line format`.
-    BadFormat,
-    /// A class id of 64 or more: `CLIENT_ERROR Illegal slab id`.
-    IllegalClass,
-}
-
-/// Argument of `stats detail`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DetailOp {
-    On,
-    Off,
-    Dump,
-}
-
 /// One parsed request line.
 #[derive(Clone, Debug)]
 pub enum Request<'a> {
@@ -295,7 +248,10 @@ pub enum Request<'a> {
     Shutdown {
         graceful: bool,
     },
-    Stats(StatsGroup),
+    /// `stats [<group> [<argument> ...]]`: the line after `stats`, for the server's
+    /// table of groups, which knows their names and arguments (split it with
+    /// [`crate::lex::Tokens::new`]: the group's name is token 0).
+    Stats(&'a [u8]),
     /// `mn`: meta no-op; memcached also flushes its output here.
     MetaNoop,
     /// `mg ms md ma me`.

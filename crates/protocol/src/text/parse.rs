@@ -4,9 +4,8 @@
 use crate::lex::{safe_strtod, safe_strtol, safe_strtoul, safe_strtoull, Tokens};
 use crate::meta::parse_meta;
 use crate::request::{
-    Cachedump, CrawlTarget, CrawlerCommand, DetailOp, DumpClasses, ErrorReply, ExtstoreSetting,
-    GetCommand, Keys, MetaCommand, Request, StatsGroup, StoreCommand, TuneCommand, WatchStreams,
-    MAX_KEY_LEN,
+    CrawlTarget, CrawlerCommand, DumpClasses, ErrorReply, ExtstoreSetting, GetCommand, Keys,
+    MetaCommand, Request, StoreCommand, TuneCommand, WatchStreams, MAX_KEY_LEN,
 };
 
 /// memcached's class list: `all`, `hash`, or class ids joined by commas (empty items
@@ -68,7 +67,7 @@ pub fn parse_request(line: &[u8]) -> Request<'_> {
         (4, b"incr") => parse_arith(&t, true),
         (4, b"decr") => parse_arith(&t, false),
         (5, b"touch") => parse_touch(&t),
-        (5, b"stats") => parse_stats(&t),
+        (5, b"stats") => parse_stats(&t, line),
         (9, b"flush_all") => parse_flush_all(&t),
         (7, b"version") => Request::Version,
         (4, b"quit") => Request::Quit,
@@ -494,39 +493,10 @@ fn parse_lru<'a>(t: &Tokens<'a>) -> Request<'a> {
     Request::Tune { command, noreply }
 }
 
-fn parse_stats<'a>(t: &Tokens<'a>) -> Request<'a> {
-    if t.len() == 1 {
-        return Request::Stats(StatsGroup::General);
-    }
-    let group = match t.get(1) {
-        b"reset" => StatsGroup::Reset,
-        b"settings" => StatsGroup::Settings,
-        b"detail" => match (t.len() >= 3).then(|| t.get(2)) {
-            Some(b"on") => StatsGroup::Detail(DetailOp::On),
-            Some(b"off") => StatsGroup::Detail(DetailOp::Off),
-            Some(b"dump") => StatsGroup::Detail(DetailOp::Dump),
-            _ => return invalid(ErrorReply::StatsDetailUsage),
-        },
-        b"cachedump" => StatsGroup::Cachedump(if t.len() < 4 {
-            Cachedump::TooFew
-        } else {
-            match (safe_strtoul(t.get(2)), safe_strtoul(t.get(3))) {
-                (Some(class), Some(_)) if class >= 64 => Cachedump::IllegalClass,
-                (Some(class), Some(limit)) => Cachedump::Dump { class, limit },
-                _ => Cachedump::BadFormat,
-            }
-        }),
-        b"slabs" => StatsGroup::Slabs,
-        b"sizes" => StatsGroup::Sizes,
-        b"sizes_enable" => StatsGroup::SizesEnable,
-        b"sizes_disable" => StatsGroup::SizesDisable,
-        b"conns" => StatsGroup::Conns,
-        b"latency" => StatsGroup::Latency,
-        b"extstore" => StatsGroup::Extstore,
-        b"items" => StatsGroup::Items,
-        _ => return invalid(ErrorReply::Error),
-    };
-    Request::Stats(group)
+/// `stats ...`: the groups and their arguments are the server's to read (one table
+/// there, for the text and binary protocols both); here only where they start.
+fn parse_stats<'a>(t: &Tokens<'a>, line: &'a [u8]) -> Request<'a> {
+    Request::Stats(&line[t.token_end(0)..])
 }
 
 #[cfg(test)]
@@ -714,12 +684,13 @@ mod tests {
             Request::RefreshCerts { noreply: true }
         ));
         assert!(matches!(req("mn"), Request::MetaNoop));
-        assert!(matches!(req("stats"), Request::Stats(StatsGroup::General)));
-        assert_eq!(invalid_reply("stats foo"), Some((ErrorReply::Error, false)));
-        assert_eq!(
-            invalid_reply("stats detail"),
-            Some((ErrorReply::StatsDetailUsage, false))
-        );
+        // The server reads the groups: the parser hands on what follows `stats`.
+        assert!(matches!(req("stats"), Request::Stats(b"")));
+        assert!(matches!(
+            req("stats  detail on"),
+            Request::Stats(b"  detail on")
+        ));
+        assert!(matches!(req("stats foo"), Request::Stats(b" foo")));
         assert!(matches!(req("GET / HTTP/1.1"), Request::Close));
         assert_eq!(invalid_reply("x"), Some((ErrorReply::Error, false)));
         assert_eq!(invalid_reply(""), Some((ErrorReply::Error, false)));

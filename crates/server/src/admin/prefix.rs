@@ -11,8 +11,9 @@
 //! The table is memcached's: 256 buckets chosen by the prefix's MurmurHash3 (x86, 32
 //! bits, seed 0), each a list with the newest prefix first, dumped bucket by bucket, so
 //! the lines come out in memcached's order. One lock guards it, as `STATS_LOCK` guards
-//! memcached's; while detail is off (the default) nothing takes it, and the request
-//! path pays one relaxed load per request.
+//! memcached's; while detail is off (the default) nothing takes it. A get is counted
+//! through the read hook (`stats/observe.rs`, its `DETAIL` bit), a store or delete
+//! after one relaxed load of [`PrefixStats::enabled`].
 //!
 //! Copied from memcached although it looks wrong: a prefix matches a longer one already
 //! in its bucket that starts with it (memcached compares with `strncmp` over the new
@@ -21,7 +22,9 @@
 //! client cannot grow it without bound (docs/protocol.md).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use crate::stats::observe::ReadObservers;
 
 /// memcached's `PREFIX_HASH_SIZE`.
 const BUCKETS: usize = 256;
@@ -62,16 +65,20 @@ pub struct PrefixStats {
     enabled: AtomicBool,
     delimiter: u8,
     table: Mutex<Table>,
+    /// Where reads learn that detail is on (its `DETAIL` bit), set with `enabled`.
+    observers: Arc<ReadObservers>,
 }
 
 impl PrefixStats {
-    /// Off, with prefixes ending at `delimiter` (`-D`).
+    /// Off, with prefixes ending at `delimiter` (`-D`); reads are counted through the
+    /// read hook, which learns from `observers` when detail is on.
     #[must_use]
-    pub fn new(delimiter: u8) -> PrefixStats {
+    pub fn new(delimiter: u8, observers: Arc<ReadObservers>) -> PrefixStats {
         PrefixStats {
             enabled: AtomicBool::new(false),
             delimiter,
             table: Mutex::new(Table::default()),
+            observers,
         }
     }
 
@@ -84,6 +91,7 @@ impl PrefixStats {
     /// `stats detail on|off`. Turning it off keeps what was counted.
     pub fn set_enabled(&self, on: bool) {
         self.enabled.store(on, Ordering::Relaxed);
+        self.observers.set(ReadObservers::DETAIL, on);
     }
 
     /// Count `event` against `key`'s prefix, if the key has one. Call only when
@@ -204,7 +212,7 @@ mod tests {
 
     #[test]
     fn counts_by_prefix_and_skips_keys_without_one() {
-        let p = PrefixStats::new(b':');
+        let p = PrefixStats::new(b':', Arc::default());
         p.record(b"user:1", Event::Get { hit: true });
         p.record(b"user:2", Event::Get { hit: false });
         p.record(b"user:3", Event::Set);
@@ -228,7 +236,7 @@ mod tests {
             .map(|i| format!("a{i}").into_bytes())
             .find(|p| bucket(p) == bucket(b"a"))
             .unwrap();
-        let p = PrefixStats::new(b':');
+        let p = PrefixStats::new(b':', Arc::default());
         p.record(&[&long[..], b":1"].concat(), Event::Set);
         p.record(b"a:1", Event::Set);
         let mut out = Vec::new();

@@ -103,11 +103,13 @@ impl Exec<'_> {
         MemLimit::Set
     }
 
-    /// `stats reset`: the command counters, the store's and `stats detail`'s.
+    /// `stats reset`: the command counters, the store's, `stats detail`'s and the read
+    /// observers'.
     pub fn reset_stats(&self) {
         self.shared.stats.reset();
         self.store().reset_stats();
         self.shared.prefixes.clear();
+        self.shared.observers.reset();
     }
 
     /// An authentication attempt (SASL or `-Y`): `auth_cmds`, and `auth_errors`

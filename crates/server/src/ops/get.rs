@@ -3,12 +3,13 @@
 //! `touch_*` ones for a get-and-touch).
 //!
 //! A hit's reply is composed inside the lookup, under the item's shard lock, by the
-//! protocol's [`Visit`]: the value is copied once, straight from item memory.
+//! protocol's [`Visit`]: the value is copied once, straight from item memory. What a
+//! lookup found goes to the read hook (`observe.rs`) from the protocol that made it:
+//! nothing here tells an observer.
 
 use storage::{ItemMut, KeyHash, Located, Lookup, Peeked, RelTime, Visit};
 
 use super::Exec;
-use crate::admin::prefix::Event;
 use crate::stats::{bump, WorkerStats};
 
 impl<'a> Exec<'a> {
@@ -45,7 +46,7 @@ impl<'a> Exec<'a> {
 
     /// Look a key up and hand a hit to `visit`; with `touch`, a hit also gets that
     /// exptime (`gat`). Counts nothing: the caller adds the outcome to a [`GetTally`]
-    /// or counts it with [`Exec::count_get`].
+    /// or counts it with [`Exec::count_get`], and tells the read hook.
     #[inline(always)]
     pub fn lookup<V: Visit>(
         &self,
@@ -56,7 +57,6 @@ impl<'a> Exec<'a> {
         now: RelTime,
         visit: V,
     ) -> Lookup<V::Output> {
-        self.watch_fetch(key, now);
         match touch {
             Some(exptime) => self
                 .store()
@@ -87,17 +87,15 @@ impl<'a> Exec<'a> {
         now: RelTime,
         f: impl FnOnce(storage::ItemRef<'_>) -> R,
     ) -> Lookup<R> {
-        self.watch_fetch(key, now);
         match touch {
             Some(exptime) => self.store().get_and_touch(key, exptime, now, f),
             None => self.store().get(key, now, f),
         }
     }
 
-    /// Count one key's lookup of a `get` (or, with `touch`, a `gat`/`touch`), and
-    /// record it for `stats detail`.
+    /// Count one key's lookup of a `get` (or, with `touch`, a `gat`/`touch`).
     #[inline(always)]
-    pub fn count_get<R>(&self, key: &[u8], lookup: &Lookup<R>, touch: bool) {
+    pub fn count_get<R>(&self, lookup: &Lookup<R>, touch: bool) {
         // Bumped straight from the outcome: through a tally, a hit would also write
         // its zero miss count.
         let stats = self.stats;
@@ -119,21 +117,13 @@ impl<'a> Exec<'a> {
                 bump(&stats.get_flushed, 1);
             }
         }
-        if self.shared.prefixes.enabled() {
-            self.record_get(key, lookup.is_hit());
-        }
-    }
-
-    /// `stats detail`: count a get of `key` against its prefix.
-    #[inline]
-    pub fn record_get(&self, key: &[u8], hit: bool) {
-        self.shared.prefixes.record(key, Event::Get { hit });
     }
 
     /// The meta protocol's access to one live item under its shard lock (`mg`, `md`,
     /// `me`): `f` reads and changes it there, so that a CAS it checks and the change
     /// it makes are one step. With `vivify`, a miss creates an empty item. Returns the
-    /// first lookup's outcome, for [`Exec::count_meta_get`], and `f`'s result.
+    /// first lookup's outcome, for [`Exec::count_meta_get`], and `f`'s result. Neither
+    /// logs nor observes: `mg` tells the read hook, the others [`Exec::watch_fetch`].
     #[inline]
     pub fn with_item<R>(
         &self,
@@ -142,7 +132,6 @@ impl<'a> Exec<'a> {
         now: RelTime,
         f: impl FnOnce(&mut ItemMut<'_>, bool) -> R,
     ) -> (Lookup<()>, Option<R>) {
-        self.watch_fetch(key, now);
         self.store().meta_get(key, vivify, now, f)
     }
 

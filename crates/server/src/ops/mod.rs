@@ -12,7 +12,11 @@
 //! - [`watch`]: `watch`'s fetch and store event sites.
 //! - [`stats`]: the `stats` reports; [`slabs`]: the per-class ones (`stats items`,
 //!   `slabs`, `sizes`, `cachedump`); [`dump`]: `lru_crawler metadump`; [`metrics`]:
-//!   all of them in Prometheus' format, under memcached_exporter's names.
+//!   all of them in Prometheus' format, under memcached_exporter's names. Which
+//!   report each `stats` group runs is the table in `proto/stats.rs`.
+//! - [`observe`]: the read hook, which every get-family read calls and which tells
+//!   the observers that are on (`stats detail`, `watch fetchers`); [`watch`]: the
+//!   `watch` log lines of reads and stores.
 
 pub mod admin;
 pub mod dump;
@@ -20,6 +24,7 @@ pub mod get;
 pub mod item;
 pub mod metrics;
 pub mod modify;
+pub mod observe;
 pub mod slabs;
 pub mod stats;
 pub mod store;

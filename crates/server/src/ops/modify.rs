@@ -39,6 +39,7 @@ impl Exec<'_> {
             };
         }
         self.record(key, Event::Delete);
+        self.watch_fetch(key, self.now());
         let settings = &self.shared.settings;
         let (_, done) = self.with_item(key, false, self.now(), |it, _| {
             if settings.item_cas(it.cas()) != cas {

@@ -11,7 +11,7 @@
 
 use std::sync::atomic::Ordering;
 
-use protocol::text::Cachedump;
+use protocol::text::{safe_strtoul, ErrorReply, Tokens};
 
 use crate::state::Shared;
 
@@ -228,24 +228,25 @@ pub fn set_sizes(shared: &Shared, enable: bool, buf: &mut Vec<u8>) {
 /// `stats cachedump <class> <limit>`: `ITEM <key> [<value bytes> b; <exptime> s]` for
 /// live items of the class, up to `limit` (0: all) and memcached's 2 MiB, then `END`.
 /// memcached walks the class's LRU from its newest item; this walks the index, so the
-/// order is the index's.
-pub fn cachedump(shared: &Shared, args: Cachedump, buf: &mut Vec<u8>) {
+/// order is the index's. `args` are the group's tokens (`cachedump` first).
+pub fn cachedump(shared: &Shared, args: &Tokens<'_>, buf: &mut Vec<u8>) {
     if !shared.settings.dump_enabled {
         buf.extend_from_slice(b"CLIENT_ERROR stats cachedump not allowed\r\n");
         return;
     }
-    let (class, limit) = match args {
-        Cachedump::Dump { class, limit } => (class as usize, limit as usize),
-        Cachedump::TooFew => {
-            buf.extend_from_slice(b"CLIENT_ERROR bad command line\r\n");
-            return;
-        }
-        Cachedump::BadFormat => {
-            buf.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
-            return;
-        }
-        Cachedump::IllegalClass => {
+    if args.len() < 3 {
+        buf.extend_from_slice(ErrorReply::BadCommandLine.bytes());
+        return;
+    }
+    let (class, limit) = match (safe_strtoul(args.get(1)), safe_strtoul(args.get(2))) {
+        // memcached's MAX_NUMBER_OF_SLAB_CLASSES.
+        (Some(class), Some(_)) if class >= 64 => {
             buf.extend_from_slice(b"CLIENT_ERROR Illegal slab id\r\n");
+            return;
+        }
+        (Some(class), Some(limit)) => (class as usize, limit as usize),
+        _ => {
+            buf.extend_from_slice(ErrorReply::BadFormat.bytes());
             return;
         }
     };

@@ -3,14 +3,17 @@
 //!
 //! Each site costs one relaxed load ([`Exec::watching`]) when nobody watches; the rest
 //! is cold. memcached logs an `item_get` from `do_item_get`, which every command that
-//! reads a key runs first (gets, touches, deletes, incr/decr, the meta commands, and
-//! every store, which looks up the old item); here the same line comes from a peek at
-//! the key before the command runs, made only while a watcher wants fetchers.
+//! reads a key runs first. A get-family read is logged from what its own lookup found,
+//! through the read hook (`ops/observe.rs`, [`Exec::log_read`]); the other commands
+//! that read a key first (touches, deletes, incr/decr, `md`, `me`, and every store,
+//! which looks up the old item) log a peek at the key made before they run, only while
+//! a watcher wants fetchers ([`Exec::watch_fetch`]).
 
 use storage::{Lookup, RelTime, StoreMode, StoreOutcome};
 
 use super::Exec;
 use crate::admin::watch::{Event, GetStatus, StoreCmd, StoreStatus, Streams};
+use crate::stats::observe::{Read, ReadOutcome, Via};
 
 impl Exec<'_> {
     /// Whether a watcher wants any of `streams` (one relaxed load).
@@ -32,17 +35,35 @@ impl Exec<'_> {
     #[cold]
     #[inline(never)]
     pub fn log_fetch(&self, key: &[u8], now: RelTime) {
-        let store = self.store();
-        let seen = store.get(key, now, |it| (it.value.len(), it.flags));
-        let (status, clsid, nbytes) = match seen {
-            Lookup::Hit((len, flags)) => (
+        let seen = self.store().get(key, now, |it| (it.value.len(), it.flags));
+        let outcome = match seen {
+            Lookup::Hit((value_len, flags)) => ReadOutcome::Hit { value_len, flags },
+            Lookup::Miss => ReadOutcome::Miss,
+            Lookup::Expired => ReadOutcome::Expired,
+            Lookup::Flushed => ReadOutcome::Flushed,
+        };
+        // The protocol is not in the line.
+        self.log_read(&Read {
+            key,
+            outcome,
+            via: Via::Text,
+        });
+    }
+
+    /// A read's `item_get` line (`type=item_get`), when a watcher wants fetchers.
+    #[cold]
+    #[inline(never)]
+    pub fn log_read(&self, read: &Read<'_>) {
+        let key = read.key;
+        let (status, clsid, nbytes) = match read.outcome {
+            ReadOutcome::Hit { value_len, flags } => (
                 GetStatus::Found,
-                store.memcached_class(key.len(), len, flags),
-                len as i32 + 2,
+                self.store().memcached_class(key.len(), value_len, flags),
+                value_len as i32 + 2,
             ),
-            Lookup::Miss => (GetStatus::NotFound, 0, 0),
-            Lookup::Expired => (GetStatus::Expired, 0, 0),
-            Lookup::Flushed => (GetStatus::Flushed, 0, 0),
+            ReadOutcome::Miss => (GetStatus::NotFound, 0, 0),
+            ReadOutcome::Expired => (GetStatus::Expired, 0, 0),
+            ReadOutcome::Flushed => (GetStatus::Flushed, 0, 0),
         };
         self.shared.watch.log(
             key,

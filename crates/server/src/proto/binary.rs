@@ -25,12 +25,16 @@ use protocol::binary::{
     decode_request, opcode, write_response_header, Command, Decode, Header, Status, StoreKind,
     HEADER_LEN,
 };
+use protocol::text::Tokens;
 use storage::{MetaArith, MetaStore, StoreMode, StoreOutcome};
 
 use crate::admin::sasl::Sasl;
 use crate::ops::modify::Deleted;
+use crate::ops::observe::{Note, Seen};
 use crate::ops::store::Refused;
 use crate::ops::{memcached_item_fits, Exec};
+use crate::proto::stats::BinaryReply;
+use crate::stats::observe::Via;
 
 /// The result of looking at the start of a binary-protocol input buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -318,9 +322,11 @@ impl Request<'_, '_, '_, '_> {
                 // Large values go in place, as for `get` (see `reply/splice.rs`).
                 exec.put_value(out, item.value, exec.value_pin(item.value, item.origin));
             }
+            Seen::note(item.value.len(), item.flags)
         };
         let lookup = exec.lookup_key(key, touch.then_some(exptime), now, compose);
-        exec.count_get(key, &lookup, touch);
+        exec.count_get(&lookup, touch);
+        exec.observe_read(key, &lookup, Via::Binary);
         if lookup.is_hit() || quiet {
             return;
         }
@@ -466,57 +472,32 @@ impl Request<'_, '_, '_, '_> {
         }
     }
 
-    /// STAT with an optional group in the key. memcached matches `reset`,
-    /// `settings` and `detail` with `strncmp` against the read buffer, so a
-    /// key that only starts with the word matches; other groups match whole.
+    /// STAT with an optional group in the key, found and framed as the table of
+    /// groups says (`proto/stats.rs`).
     fn stat(&mut self) {
         let key_start = HEADER_LEN + usize::from(self.header.extras_len);
         let input = self.input;
         let key = &input[key_start..self.head_len];
-        let rest = &input[key_start..];
-        let shared = self.exec.shared;
-        let mut text = Vec::new();
-        if key.is_empty() {
-            crate::ops::stats::general(shared, &mut text);
-        } else if rest.starts_with(b"reset") {
-            self.exec.reset_stats();
-        } else if rest.starts_with(b"settings") {
-            crate::ops::stats::settings(shared, &mut text);
-        } else if rest.starts_with(b"detail") {
-            let sub = &rest[6..];
-            if sub.starts_with(b" dump") {
-                // The text dump, whole, as one stat's value (as memcached sends it).
-                let mut dump = Vec::new();
-                self.exec.dump_detail(&mut dump);
-                self.stat_packet(b"detailed", &dump);
-            } else if sub.starts_with(b" on") {
-                self.exec.set_detail(true);
-            } else if sub.starts_with(b" off") {
-                self.exec.set_detail(false);
-            } else {
-                return self.error(Status::KeyNotFound);
-            }
-        } else if key == b"slabs" {
-            crate::ops::slabs::slabs(shared, &mut text);
-        } else if key == b"items" {
-            crate::ops::slabs::items(shared, &mut text);
-        } else if key == b"sizes" {
-            crate::ops::slabs::sizes(shared, &mut text);
-        } else if key == b"sizes_enable" || key == b"sizes_disable" {
-            crate::ops::slabs::set_sizes(shared, key == b"sizes_enable", &mut text);
-        } else {
+        let Some(group) = crate::proto::stats::binary_group(key, &input[key_start..]) else {
             return self.error(Status::KeyNotFound);
-        }
-        for line in text.split_inclusive(|&b| b == b'\n') {
-            let Some(stat) = line
-                .strip_prefix(b"STAT ")
-                .and_then(|l| l.strip_suffix(b"\r\n"))
-            else {
-                continue;
-            };
-            let space = stat.iter().position(|&b| b == b' ').unwrap_or(stat.len());
-            let (name, value) = (&stat[..space], stat.get(space + 1..).unwrap_or(b""));
-            self.stat_packet(name, value);
+        };
+        let mut text = Vec::new();
+        (group.report)(self.exec, &Tokens::new(key, 0), &mut text);
+        match group.binary.1 {
+            BinaryReply::Whole(name) => self.stat_packet(name, &text),
+            BinaryReply::Stats => {
+                for line in text.split_inclusive(|&b| b == b'\n') {
+                    let Some(stat) = line
+                        .strip_prefix(b"STAT ")
+                        .and_then(|l| l.strip_suffix(b"\r\n"))
+                    else {
+                        continue;
+                    };
+                    let space = stat.iter().position(|&b| b == b' ').unwrap_or(stat.len());
+                    let (name, value) = (&stat[..space], stat.get(space + 1..).unwrap_or(b""));
+                    self.stat_packet(name, value);
+                }
+            }
         }
         self.stat_packet(b"", b"");
     }
@@ -683,6 +664,34 @@ mod tests {
             }
         );
         assert_eq!(r, vec![(4, b"Invalid arguments".to_vec())]);
+    }
+
+    #[test]
+    fn stat_groups_are_found_and_framed_as_the_table_says() {
+        let (shared, stats) = shared();
+        let mut s = Session::default();
+        let stat = |key: &[u8]| packet(opcode::STAT, b"", key, b"");
+        let names = |replies: &[(u16, Vec<u8>)]| replies.iter().map(|r| r.0).collect::<Vec<_>>();
+        // `reset` and `detail on` act and answer with the terminator alone.
+        for key in [&b"reset"[..], b"detail on"] {
+            let (_, r) = run(&shared, &stats, None, &mut s, &stat(key));
+            assert_eq!(r, vec![(0, Vec::new())], "{key:?}");
+        }
+        assert!(shared.prefixes.enabled());
+        // The dump goes whole, as the value of one stat (`detailed`).
+        let (_, r) = run(&shared, &stats, None, &mut s, &stat(b"detail dump"));
+        assert_eq!(r, vec![(0, b"END\r\n".to_vec()), (0, Vec::new())]);
+        // Groups of STAT lines: a packet each, then the terminator.
+        let (_, r) = run(&shared, &stats, None, &mut s, &stat(b"sizes_disable"));
+        assert_eq!(r, vec![(0, b"disabled".to_vec()), (0, Vec::new())]);
+        let (_, r) = run(&shared, &stats, None, &mut s, &stat(b""));
+        assert!(r.len() > 50 && names(&r).iter().all(|&status| status == 0));
+        assert_eq!(r.last(), Some(&(0, Vec::new())));
+        // Groups binary does not serve, and names it does not know.
+        for key in [&b"conns"[..], b"latency", b"detail", b"bogus"] {
+            let (_, r) = run(&shared, &stats, None, &mut s, &stat(key));
+            assert_eq!(r, vec![(1, b"Not found".to_vec())], "{key:?}");
+        }
     }
 
     #[test]

@@ -18,12 +18,14 @@ use protocol::meta::{
     base64_encode, MetaCommand, MetaError, MetaRequest, SetMode, MAX_BINARY_KEY_LEN,
     MAX_OPAQUE_TOKEN_LEN,
 };
-use storage::{ItemMut, MetaArith, MetaStore, RelTime, StoreMode, StoreOutcome};
+use storage::{ItemMut, Lookup, MetaArith, MetaStore, RelTime, StoreMode, StoreOutcome};
 
 use crate::clock::{Clock, REALTIME_MAXDELTA_SECS};
+use crate::ops::observe::{Note, Seen};
 use crate::ops::store::Refused;
 use crate::ops::{memcached_item_fits, memcached_item_size, Exec};
 use crate::proto::Flow;
+use crate::stats::observe::Via;
 
 const CRLF: &[u8] = b"\r\n";
 
@@ -150,108 +152,34 @@ fn meta_get(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let o = req.options;
     let mut kbuf = [0u8; MAX_BINARY_KEY_LEN];
     let key = req.decoded_key(&mut kbuf);
-    let ttl = o.ttl.map(|t| realtime(clock, t, now));
-    let vivify_ttl = o.vivify.map(|t| realtime(clock, t, now));
-    let recache = o.recache.map(|t| realtime(clock, t, now));
+    let times = MgTimes {
+        now,
+        ttl: o.ttl.map(|t| realtime(clock, t, now)),
+        vivify_ttl: o.vivify.map(|t| realtime(clock, t, now)),
+        recache: o.recache.map(|t| realtime(clock, t, now)),
+    };
     let start = out.len();
-    // What happened inside: the reply was cut by a bad opaque; a TTL was set.
-    let mut failed = false;
-    let mut ttl_set = false;
-
     let (first, hit) = exec.with_item(
         key,
         o.vivify.is_some(),
         now,
-        |it: &mut ItemMut<'_>, created| {
-            if !o.locked && !o.no_update {
-                // memcached bumps during an unlocked fetch, before composing.
-                it.bump(now);
-            }
-            if o.value {
-                out.extend_from_slice(b"VA ");
-                push_num(out, it.value().len());
-            } else {
-                out.extend_from_slice(b"HD");
-            }
-            let mut won = false;
-            for t in req.flags() {
-                match t[0] {
-                    b'T' => {
-                        ttl_set = true;
-                        it.set_exptime(ttl.unwrap_or(0));
-                    }
-                    b'N' if created => {
-                        it.set_exptime(vivify_ttl.unwrap_or(0));
-                        won = true;
-                    }
-                    // Recache: win when the TTL left is below the threshold.
-                    b'R' if !it.token_sent()
-                        && !created
-                        && it.exptime() != 0
-                        && it.exptime() < recache.unwrap_or(0) =>
-                    {
-                        won = true;
-                    }
-                    b's' => push_flag_num(out, b's', it.value().len()),
-                    b't' => {
-                        out.extend_from_slice(b" t");
-                        if it.exptime() == 0 {
-                            out.extend_from_slice(b"-1");
-                        } else {
-                            push_num(out, it.exptime().wrapping_sub(now));
-                        }
-                    }
-                    b'c' => push_flag_num(out, b'c', exec.shared.settings.item_cas(it.cas())),
-                    b'f' => push_flag_num(out, b'f', it.flags()),
-                    b'l' => push_flag_num(out, b'l', now.wrapping_sub(it.time())),
-                    b'h' => push_flag_num(out, b'h', u8::from(it.fetched())),
-                    b'O' => {
-                        if opaque_too_long(t) {
-                            // memcached stops here: no bump under the lock, no token.
-                            failed = true;
-                            return;
-                        }
-                        out.push(b' ');
-                        out.extend_from_slice(t);
-                    }
-                    b'k' => push_key(out, it.key(), it.key_binary()),
-                    _ => {}
-                }
-            }
-            let token_sent = it.token_sent();
-            if token_sent {
-                out.extend_from_slice(b" Z");
-            }
-            if it.stale() {
-                out.extend_from_slice(b" X");
-                if !token_sent {
-                    won = true;
-                }
-            }
-            if won {
-                out.extend_from_slice(b" W");
-                it.set_token_sent(true);
-            }
-            out.extend_from_slice(CRLF);
-            if o.value {
-                // Large values go in place, as for `get` (see `splice.rs`).
-                let value = it.value();
-                exec.put_value(out, value, exec.value_pin(value, it.origin()));
-                out.extend_from_slice(CRLF);
-            }
-            if o.locked && !o.no_update {
-                // Delayed bump, so `h` and `l` saw the item as it was.
-                it.bump(now);
-            }
-        },
+        |it: &mut ItemMut<'_>, created| mg_hit(exec, req, &times, it, created, out),
     );
+    // What the lookup found, before a miss was vivified.
+    let read = match (first, hit) {
+        (Lookup::Hit(()), Some(h)) => Lookup::Hit(h.seen),
+        (Lookup::Expired, _) => Lookup::Expired,
+        (Lookup::Flushed, _) => Lookup::Flushed,
+        _ => Lookup::Miss,
+    };
+    exec.observe_read(key, &read, Via::Meta);
     exec.count_dead(first);
-    if failed {
+    if hit.is_some_and(|h| h.failed) {
         out.truncate(start);
         out.extend_from_slice(MetaError::OpaqueTooLong.bytes());
         return;
     }
-    exec.count_meta_get(hit.is_some(), ttl_set);
+    exec.count_meta_get(hit.is_some(), hit.is_some_and(|h| h.ttl_set));
     if hit.is_some() {
         return;
     }
@@ -265,6 +193,130 @@ fn meta_get(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
         out.truncate(start);
     } else {
         out.extend_from_slice(CRLF);
+    }
+}
+
+/// The times an `mg` reads once: now, and its `T`, `N` and `R` times as server times.
+struct MgTimes {
+    now: RelTime,
+    ttl: Option<RelTime>,
+    vivify_ttl: Option<RelTime>,
+    recache: Option<RelTime>,
+}
+
+/// What [`mg_hit`] did: the item as the read hook is told it, whether the reply was
+/// cut by a bad opaque, whether a TTL was set.
+#[derive(Clone, Copy)]
+struct MgHit {
+    seen: Seen,
+    failed: bool,
+    ttl_set: bool,
+}
+
+/// `mg`'s reply to an item it found (or vivified: `created`), composed under the item's
+/// lock, with the item's bumps, TTLs and tokens as the flags ask.
+fn mg_hit(
+    exec: &Exec<'_>,
+    req: &MetaRequest<'_>,
+    t: &MgTimes,
+    it: &mut ItemMut<'_>,
+    created: bool,
+    out: &mut Vec<u8>,
+) -> MgHit {
+    let (o, now) = (req.options, t.now);
+    let mut done = MgHit {
+        seen: Seen::note(it.value().len(), it.flags()),
+        failed: false,
+        ttl_set: false,
+    };
+    if !o.locked && !o.no_update {
+        // memcached bumps during an unlocked fetch, before composing.
+        it.bump(now);
+    }
+    if o.value {
+        out.extend_from_slice(b"VA ");
+        push_num(out, it.value().len());
+    } else {
+        out.extend_from_slice(b"HD");
+    }
+    let mut won = false;
+    for f in req.flags() {
+        match f[0] {
+            b'T' => {
+                done.ttl_set = true;
+                it.set_exptime(t.ttl.unwrap_or(0));
+            }
+            b'N' if created => {
+                it.set_exptime(t.vivify_ttl.unwrap_or(0));
+                won = true;
+            }
+            // Recache: win when the TTL left is below the threshold.
+            b'R' if !it.token_sent()
+                && !created
+                && it.exptime() != 0
+                && it.exptime() < t.recache.unwrap_or(0) =>
+            {
+                won = true;
+            }
+            b'O' if opaque_too_long(f) => {
+                // memcached stops here: no bump under the lock, no token.
+                done.failed = true;
+                return done;
+            }
+            _ => push_item_flag(exec, it, f, now, out),
+        }
+    }
+    let token_sent = it.token_sent();
+    if token_sent {
+        out.extend_from_slice(b" Z");
+    }
+    if it.stale() {
+        out.extend_from_slice(b" X");
+        if !token_sent {
+            won = true;
+        }
+    }
+    if won {
+        out.extend_from_slice(b" W");
+        it.set_token_sent(true);
+    }
+    out.extend_from_slice(CRLF);
+    if o.value {
+        // Large values go in place, as for `get` (see `splice.rs`).
+        let value = it.value();
+        exec.put_value(out, value, exec.value_pin(value, it.origin()));
+        out.extend_from_slice(CRLF);
+    }
+    if o.locked && !o.no_update {
+        // Delayed bump, so `h` and `l` saw the item as it was.
+        it.bump(now);
+    }
+    done
+}
+
+/// One of `mg`'s return flags that reads the item: ` s<size>`, ` t<ttl>`, ` c<cas>`,
+/// ` f<flags>`, ` l<secs>`, ` h<0|1>`, the opaque, ` k<key>`; nothing for another.
+fn push_item_flag(exec: &Exec<'_>, it: &ItemMut<'_>, flag: &[u8], now: RelTime, out: &mut Vec<u8>) {
+    match flag[0] {
+        b's' => push_flag_num(out, b's', it.value().len()),
+        b't' => {
+            out.extend_from_slice(b" t");
+            if it.exptime() == 0 {
+                out.extend_from_slice(b"-1");
+            } else {
+                push_num(out, it.exptime().wrapping_sub(now));
+            }
+        }
+        b'c' => push_flag_num(out, b'c', exec.shared.settings.item_cas(it.cas())),
+        b'f' => push_flag_num(out, b'f', it.flags()),
+        b'l' => push_flag_num(out, b'l', now.wrapping_sub(it.time())),
+        b'h' => push_flag_num(out, b'h', u8::from(it.fetched())),
+        b'O' => {
+            out.push(b' ');
+            out.extend_from_slice(flag);
+        }
+        b'k' => push_key(out, it.key(), it.key_binary()),
+        _ => {}
     }
 }
 
@@ -355,6 +407,7 @@ fn meta_delete(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let mut kbuf = [0u8; MAX_BINARY_KEY_LEN];
     let key = req.decoded_key(&mut kbuf);
     let ttl = o.ttl.map(|t| realtime(clock, t, now));
+    exec.watch_fetch(key, now);
     let (first, done) = exec.with_item(key, false, now, |it, _| {
         if o.cas
             .is_some_and(|c| c != exec.shared.settings.item_cas(it.cas()))
@@ -408,14 +461,17 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let o = req.options;
     let mut kbuf = [0u8; MAX_BINARY_KEY_LEN];
     let key = req.decoded_key(&mut kbuf);
-    let ttl = o.ttl.map(|t| realtime(clock, t, now));
-    let vivify_ttl = o.vivify.map(|t| realtime(clock, t, now));
-    // memcached walks the flags after acting and stops at an over-long opaque, so a
-    // `T` (or `N`) after one never takes effect.
-    let cut = req.flags().position(opaque_too_long);
-    let before_cut = |i: usize| cut.is_none_or(|c| i < c);
+    let times = MaTimes {
+        ttl: o.ttl.map(|t| realtime(clock, t, now)),
+        vivify_ttl: o.vivify.map(|t| realtime(clock, t, now)),
+        // memcached walks the flags after acting and stops at an over-long opaque, so a
+        // `T` (or `N`) after one never takes effect.
+        cut: req.flags().position(opaque_too_long),
+    };
     let ttl_pos = req.flags().position(|t| t[0] == b'T');
-    let applied_ttl = ttl.filter(|_| ttl_pos.is_some_and(before_cut));
+    let applied_ttl = times
+        .ttl
+        .filter(|_| ttl_pos.is_some_and(|i| times.before_cut(i)));
 
     let result = exec.incr_decr(
         key,
@@ -426,64 +482,23 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
         o.vivify.is_none(),
     );
     let start = out.len();
-    // (value, cas, exptime before the flags, created)
-    let found = match result {
-        MetaArith::Value {
-            value,
-            cas,
-            exptime,
-            ..
-        } => Some((value, cas, exptime, false)),
-        MetaArith::NotFound if o.vivify.is_some() => {
-            // Vivify: an item holding the initial value; `T` and `N` set its exptime
-            // in the order given (up to a bad opaque).
-            let mut exptime = 0;
-            for (i, t) in req.flags().enumerate() {
-                if !before_cut(i) {
-                    break;
-                }
-                match t[0] {
-                    b'T' => exptime = ttl.unwrap_or(0),
-                    b'N' => exptime = vivify_ttl.unwrap_or(0),
-                    _ => {}
-                }
+    let Counter {
+        value,
+        cas,
+        exptime,
+        created,
+    } = match ma_counter(exec, req, &times, key, result, out) {
+        MaFound::Counter(counter) => counter,
+        MaFound::Missing => {
+            if !push_opaque_and_key(out, req, key) {
+                out.truncate(start);
+                out.extend_from_slice(MetaError::OpaqueTooLong.bytes());
+                return;
             }
-            let (outcome, cas) = exec.create_counter(key, o.initial, exptime);
-            match outcome {
-                StoreOutcome::Stored | StoreOutcome::NotStored => Some((o.initial, cas, 0, true)),
-                _ => {
-                    out.extend_from_slice(b"SERVER_ERROR Out of memory allocating new item\r\n");
-                    return;
-                }
-            }
-        }
-        MetaArith::NotFound => {
-            out.extend_from_slice(b"NF");
-            None
-        }
-        MetaArith::Exists => {
-            out.extend_from_slice(b"EX");
-            None
-        }
-        MetaArith::NonNumeric => {
-            out.extend_from_slice(
-                b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
-            );
+            out.extend_from_slice(CRLF);
             return;
         }
-        MetaArith::NoMemory => {
-            out.extend_from_slice(b"SERVER_ERROR out of memory\r\n");
-            return;
-        }
-    };
-    let Some((value, cas, mut exptime, created)) = found else {
-        if !push_opaque_and_key(out, req, key) {
-            out.truncate(start);
-            out.extend_from_slice(MetaError::OpaqueTooLong.bytes());
-            return;
-        }
-        out.extend_from_slice(CRLF);
-        return;
+        MaFound::Answered => return,
     };
     let mut num = itoa::Buffer::new();
     let digits = num.format(value).as_bytes();
@@ -493,6 +508,7 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     } else {
         out.extend_from_slice(b"HD");
     }
+    let mut exptime = exptime;
     for t in req.flags() {
         match t[0] {
             b'c' => push_flag_num(out, b'c', exec.shared.settings.item_cas(cas)),
@@ -504,8 +520,8 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
                     push_num(out, exptime.wrapping_sub(now));
                 }
             }
-            b'T' => exptime = ttl.unwrap_or(0),
-            b'N' if created => exptime = vivify_ttl.unwrap_or(0),
+            b'T' => exptime = times.ttl.unwrap_or(0),
+            b'N' if created => exptime = times.vivify_ttl.unwrap_or(0),
             b'O' => {
                 if t.len() > MAX_OPAQUE_TOKEN_LEN {
                     out.truncate(start);
@@ -529,11 +545,116 @@ fn meta_arith(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     }
 }
 
+/// The TTLs of an `ma` as server times, and where its flags are cut by an over-long opaque.
+struct MaTimes {
+    ttl: Option<RelTime>,
+    vivify_ttl: Option<RelTime>,
+    cut: Option<usize>,
+}
+
+impl MaTimes {
+    /// Whether flag `i` comes before the over-long opaque, if there is one.
+    fn before_cut(&self, i: usize) -> bool {
+        self.cut.is_none_or(|c| i < c)
+    }
+}
+
+/// The number an `ma` answers with: its value and cas, its exptime before the flags
+/// are walked, and whether the miss was vivified.
+#[derive(Clone, Copy)]
+struct Counter {
+    value: u64,
+    cas: u64,
+    exptime: RelTime,
+    created: bool,
+}
+
+/// What `ma`'s store call came to.
+enum MaFound {
+    /// The number to answer with.
+    Counter(Counter),
+    /// `NF` or `EX`, written; its flags follow.
+    Missing,
+    /// An error line, written whole.
+    Answered,
+}
+
+/// What `ma`'s store call gave, with a miss vivified when `N` asks.
+fn ma_counter(
+    exec: &Exec<'_>,
+    req: &MetaRequest<'_>,
+    t: &MaTimes,
+    key: &[u8],
+    result: MetaArith,
+    out: &mut Vec<u8>,
+) -> MaFound {
+    let o = req.options;
+    let counter = match result {
+        MetaArith::Value {
+            value,
+            cas,
+            exptime,
+            ..
+        } => Counter {
+            value,
+            cas,
+            exptime,
+            created: false,
+        },
+        MetaArith::NotFound if o.vivify.is_some() => {
+            // Vivify: an item holding the initial value; `T` and `N` set its exptime
+            // in the order given (up to a bad opaque).
+            let mut exptime = 0;
+            for (i, f) in req.flags().enumerate() {
+                if !t.before_cut(i) {
+                    break;
+                }
+                match f[0] {
+                    b'T' => exptime = t.ttl.unwrap_or(0),
+                    b'N' => exptime = t.vivify_ttl.unwrap_or(0),
+                    _ => {}
+                }
+            }
+            let (outcome, cas) = exec.create_counter(key, o.initial, exptime);
+            if !matches!(outcome, StoreOutcome::Stored | StoreOutcome::NotStored) {
+                out.extend_from_slice(b"SERVER_ERROR Out of memory allocating new item\r\n");
+                return MaFound::Answered;
+            }
+            Counter {
+                value: o.initial,
+                cas,
+                exptime: 0,
+                created: true,
+            }
+        }
+        MetaArith::NotFound => {
+            out.extend_from_slice(b"NF");
+            return MaFound::Missing;
+        }
+        MetaArith::Exists => {
+            out.extend_from_slice(b"EX");
+            return MaFound::Missing;
+        }
+        MetaArith::NonNumeric => {
+            out.extend_from_slice(
+                b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+            );
+            return MaFound::Answered;
+        }
+        MetaArith::NoMemory => {
+            out.extend_from_slice(b"SERVER_ERROR out of memory\r\n");
+            return MaFound::Answered;
+        }
+    };
+    MaFound::Counter(counter)
+}
+
 /// `me`: memcached's `process_meta_command`, a debug line.
 fn meta_debug(exec: &Exec<'_>, req: &MetaRequest<'_>, out: &mut Vec<u8>) {
     let now = exec.shared.clock.now();
     let mut kbuf = [0u8; MAX_BINARY_KEY_LEN];
     let key = req.decoded_key(&mut kbuf);
+    exec.watch_fetch(key, now);
     let (first, found) = exec.with_item(key, false, now, |it, _| {
         out.extend_from_slice(b"ME ");
         if it.key_binary() {

@@ -5,9 +5,11 @@
 //! - [`text`]: memcached's text protocol (`get`, `set`, `delete`, ...).
 //! - [`meta`]: the meta commands (`mg`, `ms`, `md`, `ma`, `me`, `mn`).
 //! - [`binary`]: the binary protocol, as `proto_bin.c`.
+//! - [`stats`]: the table of `stats` groups, which the text and binary protocols read.
 
 pub mod binary;
 pub mod meta;
+pub mod stats;
 pub mod text;
 
 /// What the connection must do after a request.

@@ -19,6 +19,7 @@ use crate::admin::{
 };
 use crate::clock::Clock;
 use crate::config::Settings;
+use crate::stats::observe::ReadObservers;
 use crate::stats::{StatsRegistry, WorkerStats};
 
 pub mod restart;
@@ -42,6 +43,9 @@ pub struct Shared {
     pub sasl: Option<Sasl>,
     /// ASCII authentication with `-Y` (`admin/auth.rs`).
     pub ascii_auth: Option<AuthFile>,
+    /// Which observers of key reads are on: the read hook's one word
+    /// (`stats/observe.rs`), switched by `prefixes` and `watch`.
+    pub observers: Arc<ReadObservers>,
     /// `stats detail`: counters per key prefix (`admin/prefix.rs`).
     pub prefixes: PrefixStats,
     /// The expired-item crawler and memcached's tuning settings (`admin/crawler.rs`).
@@ -78,9 +82,11 @@ impl Shared {
         // of its pages); without, the options as given.
         tunables.ext = store.flash().map_or(tunables.ext, storage::Flash::tunables);
         let clock = Clock::new();
+        let observers = Arc::new(ReadObservers::default());
         let watch = Arc::new(Watch::new(
             settings.extended.worker_logbuf_bytes,
             settings.extended.watcher_logbuf_bytes,
+            observers.clone(),
         ));
         let started = clock.process_started();
         store.set_eviction_sink(Arc::new(EvictionLog {
@@ -110,7 +116,8 @@ impl Shared {
             shutting_down: AtomicBool::new(false),
             sasl,
             ascii_auth,
-            prefixes: PrefixStats::new(settings.prefix_delimiter()),
+            prefixes: PrefixStats::new(settings.prefix_delimiter(), observers.clone()),
+            observers,
             crawler: crawler::Crawler::new(tunables),
             conns: ConnRegistry::default(),
             watch,

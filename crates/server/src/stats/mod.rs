@@ -6,9 +6,11 @@
 //! records a baseline that later reports subtract, so a reset can never race
 //! with an increment.
 //!
-//! [`latency`] holds the per-command latency histograms (`stats latency`).
+//! - [`latency`]: each request's time in the server, per command.
+//! - [`observe`]: which observers of key reads are on (the read hook's one word).
 
 pub mod latency;
+pub mod observe;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;

@@ -17,7 +17,9 @@
 //! that the logger holds for one swap. The logger owns the watchers' sockets, handed to
 //! it by the worker that parsed `watch` (the io layer deregisters them first).
 //! [`Watch::wanted`] is the union of the watchers' streams: with no watcher it is 0
-//! and an event site costs one relaxed atomic load.
+//! and an event site costs one relaxed atomic load. A read (a get, `mg`, a binary GET)
+//! is no such site: it is logged through the read hook (`ops/observe.rs`), whose
+//! `FETCHERS` bit follows `wanted`.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -30,6 +32,8 @@ pub mod format;
 pub mod logger;
 
 pub use protocol::text::WatchStreams as Streams;
+
+use crate::stats::observe::ReadObservers;
 
 /// memcached's `WATCHER_LIMIT`.
 pub const WATCHER_LIMIT: usize = 20;
@@ -200,6 +204,9 @@ pub struct Watch {
     pub watcher_skipped: AtomicU64,
     pub watcher_sent: AtomicU64,
     pub attached: AtomicU64,
+    /// Where reads learn that a watcher wants fetchers (its `FETCHERS` bit), kept in
+    /// step with `wanted`.
+    observers: Arc<ReadObservers>,
 }
 
 thread_local! {
@@ -211,9 +218,14 @@ thread_local! {
 impl Watch {
     /// The streams' state, with `worker_buf_bytes` for each worker's queue and
     /// `watcher_buf_bytes` for each watcher's buffer (`-o worker_logbuf_size`,
-    /// `watcher_logbuf_size`).
+    /// `watcher_logbuf_size`); reads are logged through the read hook, which learns from
+    /// `observers` when fetchers are wanted.
     #[must_use]
-    pub fn new(worker_buf_bytes: usize, watcher_buf_bytes: usize) -> Watch {
+    pub fn new(
+        worker_buf_bytes: usize,
+        watcher_buf_bytes: usize,
+        observers: Arc<ReadObservers>,
+    ) -> Watch {
         Watch {
             wanted: AtomicU16::new(0),
             gid: AtomicU64::new(0),
@@ -228,7 +240,14 @@ impl Watch {
             watcher_skipped: AtomicU64::new(0),
             watcher_sent: AtomicU64::new(0),
             attached: AtomicU64::new(0),
+            observers,
         }
+    }
+
+    /// `wanted` changed: the read hook's `FETCHERS` bit follows it.
+    fn wanted_changed(&self) {
+        let fetchers = self.wants(Streams::FETCHERS);
+        self.observers.set(ReadObservers::FETCHERS, fetchers);
     }
 
     /// Whether a watcher wants any of the `streams` bits: the one check at every event
@@ -329,6 +348,7 @@ impl Watch {
                 min_gid,
             });
         self.wanted.fetch_or(streams, Ordering::Relaxed);
+        self.wanted_changed();
         if let Some(w) = self.waker.get() {
             let _ = w.wake();
         }
@@ -340,6 +360,7 @@ impl Watch {
         let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let all = pending.iter().fold(streams, |a, w| a | w.streams);
         self.wanted.store(all, Ordering::Relaxed);
+        self.wanted_changed();
     }
 
     /// A watcher is gone: its slot is free again.

@@ -2,6 +2,11 @@
 //! its own fast path, several with their lookups prefetched in chunks; a pause when the
 //! output backs up or a value is being read from flash, and memcached's ways to end
 //! (`END`, or an error that drops the replies not yet flushed).
+//!
+//! Each key's lookup is told to the read hook (`ops/observe.rs`). Whether any observer
+//! is on is asked once per command: the usual copy of each loop composes with a
+//! visitor that notes nothing for it ([`Note`] for `()`), the observed copy notes each
+//! hit ([`Seen`]) and calls the hook.
 
 use protocol::fast::KeyScan;
 use protocol::text::{GetCommand, Keys, MAX_KEY_LEN};
@@ -9,12 +14,16 @@ use storage::{ItemRef, KeyHash, Located, Lookup, Peeked, Visit, PREFETCH_DISTANC
 
 use super::CRLF;
 use crate::ops::get::GetTally;
+use crate::ops::observe::{Note, Seen};
 use crate::ops::Exec;
+use crate::stats::observe::Via;
 
 impl Exec<'_> {
     /// `get`/`gets` of one key: [`Exec::get`] without the key iteration and
     /// the pausing between keys. Returns false, having done nothing, when the
-    /// general path must run instead (a key too long, `--null-store`, a touch).
+    /// general path must run instead (a key too long, a touch, a value on flash), or
+    /// [`Exec::get_one_observed`] (an observer of reads is on: the one check this path
+    /// makes for the read hook, joined to the others).
     ///
     /// `hashed` is the key's hash and where [`storage::Store::prefetch_record`] saw
     /// it, when a pipelined batch prefetched its keys ahead (see `ahead.rs`).
@@ -29,21 +38,47 @@ impl Exec<'_> {
         out: &mut Vec<u8>,
         flush_mark: &mut usize,
     ) -> bool {
-        if key.len() > MAX_KEY_LEN || matches!(command, GetCommand::Gat | GetCommand::Gats) {
+        if key.len() > MAX_KEY_LEN
+            || matches!(command, GetCommand::Gat | GetCommand::Gats)
+            || self.observing_reads()
+        {
             return false;
         }
         // A copy each for `get` and `gets`, so that neither carries the other's cas
         // checks through the reply.
         if command.returns_cas() {
-            self.get_one_as::<true>(key, hashed, out, flush_mark)
+            self.get_one_as::<true, ()>(key, hashed, out, flush_mark)
         } else {
-            self.get_one_as::<false>(key, hashed, out, flush_mark)
+            self.get_one_as::<false, ()>(key, hashed, out, flush_mark)
         }
     }
 
-    /// [`Exec::get_one`] once it runs, with the cas (`gets`) when `CAS`.
+    /// [`Exec::get_one`] with an observer of reads on, which tells the read hook: its
+    /// own copy, out of line, so that the usual one neither keeps anything of the hit
+    /// nor holds a call. False, having done nothing, where `get_one` would be.
+    #[cold]
+    #[inline(never)]
+    pub fn get_one_observed(
+        &self,
+        command: GetCommand,
+        key: &[u8],
+        out: &mut Vec<u8>,
+        flush_mark: &mut usize,
+    ) -> bool {
+        if key.len() > MAX_KEY_LEN || matches!(command, GetCommand::Gat | GetCommand::Gats) {
+            return false;
+        }
+        if command.returns_cas() {
+            self.get_one_as::<true, Seen>(key, None, out, flush_mark)
+        } else {
+            self.get_one_as::<false, Seen>(key, None, out, flush_mark)
+        }
+    }
+
+    /// [`Exec::get_one`] once it runs, with the cas (`gets`) when `CAS`, telling the
+    /// read hook what `N` noted.
     #[inline(always)]
-    fn get_one_as<const CAS: bool>(
+    fn get_one_as<const CAS: bool, N: Note>(
         &self,
         key: &[u8],
         hashed: Option<(KeyHash, Peeked)>,
@@ -51,12 +86,13 @@ impl Exec<'_> {
         flush_mark: &mut usize,
     ) -> bool {
         let now = self.now();
-        let compose = ComposeValue {
+        let compose = ComposeValue::<N> {
             out: &mut *out,
             with_cas: CAS,
             discard: false,
             splice_min: self.sink.splice_min,
             exec: self,
+            note: std::marker::PhantomData,
         };
         let lookup = if let Some(value) = &self.shared.settings.null_store {
             compose.canned(key, value)
@@ -69,7 +105,8 @@ impl Exec<'_> {
             // goes the general way, which pauses it until the read is done.
             return false;
         }
-        self.count_get(key, &lookup, false);
+        self.count_get(&lookup, false);
+        N::observe(self, key, &lookup, Via::Text);
         out.extend_from_slice(b"END\r\n");
         *flush_mark = out.len();
         true
@@ -88,18 +125,18 @@ impl Exec<'_> {
         flush_mark: &mut usize,
         pause_at: usize,
     ) -> Option<usize> {
-        if self.shared.prefixes.enabled() {
-            self.get_counted(command, exptime, keys, out, flush_mark, pause_at)
+        if self.observing_reads() {
+            self.get_observed(command, exptime, keys, out, flush_mark, pause_at)
         } else {
-            self.get_with::<false>(command, exptime, keys, out, flush_mark, pause_at)
+            self.get_with::<()>(command, exptime, keys, out, flush_mark, pause_at)
         }
     }
 
-    /// [`Exec::get`] with `stats detail on`: each key counted against its prefix. A
+    /// [`Exec::get`] with an observer of reads on: each key told to the read hook. A
     /// copy of its own, so that the usual one makes no per-key check for it.
     #[cold]
     #[inline(never)]
-    fn get_counted(
+    fn get_observed(
         &self,
         command: GetCommand,
         exptime: i32,
@@ -108,12 +145,12 @@ impl Exec<'_> {
         flush_mark: &mut usize,
         pause_at: usize,
     ) -> Option<usize> {
-        self.get_with::<true>(command, exptime, keys, out, flush_mark, pause_at)
+        self.get_with::<Seen>(command, exptime, keys, out, flush_mark, pause_at)
     }
 
-    /// [`Exec::get`], counting each key against its prefix when `DETAIL`.
+    /// [`Exec::get`], each key told to the read hook as `N` notes it.
     #[inline(always)]
-    fn get_with<const DETAIL: bool>(
+    fn get_with<N: Note>(
         &self,
         command: GetCommand,
         exptime: i32,
@@ -143,21 +180,21 @@ impl Exec<'_> {
         if self.shared.settings.null_store.is_none() && keys.clone().nth(1).is_some() {
             // The usual multi-get has a loop of its own, with what it does not use left
             // out and its choices made once (see `get_prefetched`).
-            if !DETAIL && !touch && !self.sink.is_datagram() {
+            if !N::OBSERVED && !touch && !self.sink.is_datagram() {
                 return if run.with_cas {
-                    self.get_prefetched::<false, true, true>(run, keys, out, flush_mark)
+                    self.get_prefetched::<N, true, true>(run, keys, out, flush_mark)
                 } else {
-                    self.get_prefetched::<false, true, false>(run, keys, out, flush_mark)
+                    self.get_prefetched::<N, true, false>(run, keys, out, flush_mark)
                 };
             }
-            return self.get_prefetched::<DETAIL, false, false>(run, keys, out, flush_mark);
+            return self.get_prefetched::<N, false, false>(run, keys, out, flush_mark);
         }
-        self.get_each::<DETAIL>(run, keys, out, flush_mark)
+        self.get_each::<N>(run, keys, out, flush_mark)
     }
 
     /// [`Exec::get`] one key after another, for one key, the null store, or what is
     /// left of a multi-get once its replies are being discarded.
-    fn get_each<const DETAIL: bool>(
+    fn get_each<N: Note>(
         &self,
         mut run: GetRun,
         mut keys: Keys<'_>,
@@ -165,7 +202,7 @@ impl Exec<'_> {
         flush_mark: &mut usize,
     ) -> Option<usize> {
         while let Some(key) = keys.next() {
-            let end = match self.get_key::<DETAIL, false, false>(
+            let end = match self.get_key::<N, false, false>(
                 &mut run,
                 key,
                 None,
@@ -196,7 +233,7 @@ impl Exec<'_> {
     /// as the run says. With it (a plain `get` or `gets` over TCP, `CAS` saying which),
     /// those checks are not made for every key, nor is the null store's.
     #[inline(always)]
-    fn get_prefetched<const DETAIL: bool, const LEAN: bool, const CAS: bool>(
+    fn get_prefetched<N: Note, const LEAN: bool, const CAS: bool>(
         &self,
         mut run: GetRun,
         mut keys: Keys<'_>,
@@ -206,7 +243,7 @@ impl Exec<'_> {
         let mut chunk = Chunk::new(&keys);
         while chunk.fill(self) {
             for slot in &chunk.parsed[..chunk.len] {
-                let end = match self.get_key::<DETAIL, LEAN, CAS>(
+                let end = match self.get_key::<N, LEAN, CAS>(
                     &mut run,
                     slot.key,
                     Some(slot.hash),
@@ -223,7 +260,7 @@ impl Exec<'_> {
                         let end = self.after_key(&mut run, &keys, out);
                         if end.is_none() && run.discard && LEAN {
                             // From here nothing is composed: the plain loop does that.
-                            return self.get_each::<DETAIL>(run, keys, out, flush_mark);
+                            return self.get_each::<N>(run, keys, out, flush_mark);
                         }
                         end
                     }
@@ -237,11 +274,12 @@ impl Exec<'_> {
         self.end_get(&run, GetEnd::Done, out, flush_mark)
     }
 
-    /// One key of [`Exec::get`]: look it up, compose its reply and count it. A key too
-    /// long ends the command. `LEAN`: a plain `get` (or `gets`, `CAS`) from the store,
-    /// replies not discarded (see [`Exec::get_prefetched`]).
+    /// One key of [`Exec::get`]: look it up, compose its reply, count it and tell the
+    /// read hook (as `N` notes). A key too long ends the command. `LEAN`: a plain `get`
+    /// (or `gets`, `CAS`) from the store, replies not discarded (see
+    /// [`Exec::get_prefetched`]).
     #[inline(always)]
-    fn get_key<const DETAIL: bool, const LEAN: bool, const CAS: bool>(
+    fn get_key<N: Note, const LEAN: bool, const CAS: bool>(
         &self,
         run: &mut GetRun,
         key: &[u8],
@@ -252,12 +290,13 @@ impl Exec<'_> {
         if key.len() > MAX_KEY_LEN {
             return Err(GetEnd::TooLong);
         }
-        let compose = ComposeValue {
+        let compose = ComposeValue::<N> {
             out: &mut *out,
             with_cas: if LEAN { CAS } else { run.with_cas },
             discard: !LEAN && run.discard,
             splice_min: self.sink.splice_min,
             exec: self,
+            note: std::marker::PhantomData,
         };
         let null_store = if LEAN {
             None
@@ -280,12 +319,8 @@ impl Exec<'_> {
             // Not answered yet: neither counted nor replied to; the get pauses here.
             return Err(GetEnd::Flash);
         }
-        // A hit bumps one counter: the lookups are the hits and misses together.
-        let hit = matches!(lookup, Lookup::Hit(()));
         run.tally.add(&lookup);
-        if DETAIL {
-            self.record_get(key, hit);
-        }
+        N::observe(self, key, &lookup, Via::Text);
         Ok(())
     }
 
@@ -500,8 +535,9 @@ impl<'a> Chunk<'a> {
 }
 
 /// A get's hit: `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`, one copy of
-/// the data, composed in place in the lookup (see [`Visit`]).
-struct ComposeValue<'o> {
+/// the data, composed in place in the lookup (see [`Visit`]); what `N` keeps of the hit
+/// for the read hook is the lookup's output.
+struct ComposeValue<'o, N> {
     out: &'o mut Vec<u8>,
     with_cas: bool,
     /// The reply is being discarded (see `discard` in [`Exec::get`]): compose nothing.
@@ -509,27 +545,28 @@ struct ComposeValue<'o> {
     /// [`Exec::splice_min`].
     splice_min: usize,
     exec: &'o Exec<'o>,
+    note: std::marker::PhantomData<N>,
 }
 
-impl ComposeValue<'_> {
+impl<N: Note> ComposeValue<'_, N> {
     /// The null store's answer to any key (`--null-store`): its canned value, a hit.
     #[inline(always)]
-    fn canned(self, key: &[u8], value: &[u8]) -> Lookup<()> {
-        self.visit(ItemRef {
+    fn canned(self, key: &[u8], value: &[u8]) -> Lookup<N> {
+        Lookup::Hit(self.visit(ItemRef {
             key,
             value,
             flags: 0,
             cas: 1,
             origin: storage::Origin::DETACHED,
-        });
-        Lookup::Hit(())
+        }))
     }
 }
 
-impl Visit for ComposeValue<'_> {
-    type Output = ();
+impl<N: Note> Visit for ComposeValue<'_, N> {
+    type Output = N;
     #[inline(always)]
-    fn visit(self, item: ItemRef<'_>) {
+    fn visit(self, item: ItemRef<'_>) -> N {
+        let note = N::note(item.value.len(), item.flags);
         if !self.discard {
             let cas = self
                 .with_cas
@@ -545,10 +582,11 @@ impl Visit for ComposeValue<'_> {
                     cas,
                 )
             {
-                return;
+                return note;
             }
             protocol::reply::compose_value(self.out, item.key, item.flags, item.value, cas);
         }
+        note
     }
 
     /// A value on flash: read off the worker when it has I/O threads (the get pauses

@@ -10,10 +10,9 @@
 
 mod get;
 
-use protocol::text::{DetailOp, Request, StatsGroup, StoreCommand, TuneCommand};
+use protocol::text::{Request, StoreCommand, TuneCommand};
 use storage::{KeyHash, MetaArith, Peeked, StoreMode, StoreOutcome};
 
-use crate::ops::stats as stats_report;
 use crate::ops::store::Refused;
 use crate::ops::Exec;
 use crate::proto::Flow;
@@ -65,21 +64,7 @@ impl Exec<'_> {
                 key,
                 delta,
                 noreply,
-            } => match self.incr_decr(key, delta, incr, 0, None, true) {
-                MetaArith::Value { value, .. } => {
-                    if !noreply {
-                        push_u64(out, value);
-                        out.extend_from_slice(CRLF);
-                    }
-                }
-                MetaArith::NotFound | MetaArith::Exists => reply(out, noreply, b"NOT_FOUND\r\n"),
-                MetaArith::NonNumeric => reply(
-                    out,
-                    noreply,
-                    b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
-                ),
-                MetaArith::NoMemory => reply(out, noreply, b"SERVER_ERROR out of memory\r\n"),
-            },
+            } => self.arith(incr, key, delta, noreply, out),
             Request::Touch {
                 key,
                 exptime,
@@ -109,14 +94,7 @@ impl Exec<'_> {
                 out.extend_from_slice(CRLF);
             }
             Request::Quit => return Flow::CloseAfterWrite,
-            Request::RefreshCerts { noreply } => match self.refresh_certs() {
-                Ok(()) => reply(out, noreply, b"OK\r\n"),
-                Err(message) => {
-                    // memcached writes its error message even under noreply.
-                    out.extend_from_slice(message.as_bytes());
-                    out.extend_from_slice(CRLF);
-                }
-            },
+            Request::RefreshCerts { noreply } => self.refresh_certs_command(noreply, out),
             Request::Shutdown { graceful } => {
                 if !self.shared.settings.shutdown_enabled {
                     out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
@@ -125,7 +103,7 @@ impl Exec<'_> {
                 self.request_shutdown(graceful);
                 return Flow::Close;
             }
-            Request::Stats(group) => self.stats_command(group, out),
+            Request::Stats(args) => self.stats(args, out),
             Request::MetaNoop => {
                 out.extend_from_slice(b"MN\r\n");
                 *flush_mark = out.len();
@@ -152,16 +130,48 @@ impl Exec<'_> {
             Request::LruCrawler(command) => {
                 out.extend_from_slice(self.shared.crawler.command(command));
             }
-            Request::Tune { command, noreply } => {
-                reply(out, noreply, self.shared.crawler.tune(command));
-                if let (TuneCommand::Extstore(_), Some(flash)) =
-                    (command, self.shared.store.flash())
-                {
-                    flash.set_tunables(self.shared.crawler.tunables().ext);
-                }
-            }
+            Request::Tune { command, noreply } => self.tune(command, noreply, out),
         }
         Flow::Continue
+    }
+
+    /// `incr`/`decr`: the new value, or why not.
+    fn arith(&self, incr: bool, key: &[u8], delta: u64, noreply: bool, out: &mut Vec<u8>) {
+        match self.incr_decr(key, delta, incr, 0, None, true) {
+            MetaArith::Value { value, .. } => {
+                if !noreply {
+                    push_u64(out, value);
+                    out.extend_from_slice(CRLF);
+                }
+            }
+            MetaArith::NotFound | MetaArith::Exists => reply(out, noreply, b"NOT_FOUND\r\n"),
+            MetaArith::NonNumeric => reply(
+                out,
+                noreply,
+                b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+            ),
+            MetaArith::NoMemory => reply(out, noreply, b"SERVER_ERROR out of memory\r\n"),
+        }
+    }
+
+    /// `refresh_certs`: `OK`, or the error, which memcached writes even under noreply.
+    fn refresh_certs_command(&self, noreply: bool, out: &mut Vec<u8>) {
+        match self.refresh_certs() {
+            Ok(()) => reply(out, noreply, b"OK\r\n"),
+            Err(message) => {
+                out.extend_from_slice(message.as_bytes());
+                out.extend_from_slice(CRLF);
+            }
+        }
+    }
+
+    /// `slabs`, `lru` and `extstore` tuning: the crawler keeps the settings, and the
+    /// flash tier takes its own at once.
+    fn tune(&self, command: TuneCommand, noreply: bool, out: &mut Vec<u8>) {
+        reply(out, noreply, self.shared.crawler.tune(command));
+        if let (TuneCommand::Extstore(_), Some(flash)) = (command, self.shared.store.flash()) {
+            flash.set_tunables(self.shared.crawler.tunables().ext);
+        }
     }
 
     /// `watch`, as memcached's `process_watch_command`: refused with `-W`, after other
@@ -305,33 +315,6 @@ impl Exec<'_> {
             },
         );
         reply(out, noreply, b"SERVER_ERROR object too large for cache\r\n");
-    }
-
-    fn stats_command(&self, group: StatsGroup, out: &mut Vec<u8>) {
-        match group {
-            StatsGroup::General => stats_report::general(self.shared, out),
-            StatsGroup::Settings => stats_report::settings(self.shared, out),
-            StatsGroup::Reset => {
-                self.reset_stats();
-                out.extend_from_slice(b"RESET\r\n");
-            }
-            StatsGroup::Detail(op @ (DetailOp::On | DetailOp::Off)) => {
-                self.set_detail(op == DetailOp::On);
-                out.extend_from_slice(b"OK\r\n");
-            }
-            StatsGroup::Detail(DetailOp::Dump) => self.dump_detail(out),
-            StatsGroup::Slabs => crate::ops::slabs::slabs(self.shared, out),
-            StatsGroup::Items => crate::ops::slabs::items(self.shared, out),
-            StatsGroup::SizesEnable => crate::ops::slabs::set_sizes(self.shared, true, out),
-            StatsGroup::SizesDisable => crate::ops::slabs::set_sizes(self.shared, false, out),
-            StatsGroup::Cachedump(args) => crate::ops::slabs::cachedump(self.shared, args, out),
-            // Over UDP (the only way here: `Conn::step` answers it on a connection,
-            // which knows its descriptor), no connection is the one asking.
-            StatsGroup::Conns => self.shared.conns.report(-1, self.shared.clock.now(), out),
-            StatsGroup::Sizes => crate::ops::slabs::sizes(self.shared, out),
-            StatsGroup::Latency => stats_report::latency(self.shared, out),
-            StatsGroup::Extstore => stats_report::extstore(self.shared, out),
-        }
     }
 }
 

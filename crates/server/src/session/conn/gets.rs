@@ -1,10 +1,10 @@
 //! What the request loop (`mod.rs`) hands off about retrievals and timing: running a
-//! request parsed ahead, ending or pausing a multi-get, and each request's latency
-//! class (`stats/latency.rs`).
+//! request parsed ahead, ending, pausing and resuming a multi-get, and each request's
+//! latency class (`stats/latency.rs`).
 
-use protocol::text::{GetCommand, Request, StoreCommand};
+use protocol::text::{GetCommand, Keys, Request, StoreCommand};
 
-use super::{Conn, PausedGet};
+use super::{Conn, PausedGet, OUTPUT_HIGH_WATER_BYTES};
 use crate::ops::Exec;
 use crate::proto::text::StoreRequest;
 use crate::session::ahead::{Ahead, Kind};
@@ -26,15 +26,12 @@ impl Conn {
         let hashed = (item.hash, item.peeked);
         match item.kind {
             Kind::Get(command) => {
-                let done = exec.get_one(
-                    command,
-                    key,
-                    Some(hashed),
-                    &mut self.wbuf,
-                    &mut self.flush_mark,
-                );
+                let (out, mark) = (&mut self.wbuf, &mut self.flush_mark);
                 // Queued only when `get_one` takes it: a key short enough, no null
-                // store, no touch; it gives it back when the value is on flash.
+                // store, no touch; it gives it back when the value is on flash, and
+                // refuses it to run its observed copy when an observer of reads is on.
+                let done = exec.get_one(command, key, Some(hashed), out, mark)
+                    || (exec.observing_reads() && exec.get_one_observed(command, key, out, mark));
                 if !done {
                     return false;
                 }
@@ -58,6 +55,29 @@ impl Conn {
         }
         self.rpos += item.total as usize;
         true
+    }
+
+    /// Resume what `paused` left at `rpos`: the connection's `lru_crawler metadump`, or
+    /// a multi-get (paused on its output or its flash reads).
+    #[inline(always)]
+    pub(super) fn resume(&mut self, exec: &Exec<'_>, p: PausedGet) -> bool {
+        if p.end == PausedGet::DUMP.end {
+            self.continue_dump(exec);
+            return true;
+        }
+        let line = &self.rbuf[self.rpos..self.rpos + p.end];
+        let keys = Keys::resume(line, p.key_pos);
+        let pause_at = self.wpos + OUTPUT_HIGH_WATER_BYTES;
+        let paused = exec.get(
+            p.command,
+            p.exptime,
+            keys,
+            &mut self.wbuf,
+            &mut self.flush_mark,
+            pause_at,
+        );
+        let flash = exec.flash_deferred();
+        self.after_get(paused, flash, p.command, p.exptime, p.end, p.next)
     }
 
     /// Finish or pause a retrieval command whose line is at `rpos`: `paused`

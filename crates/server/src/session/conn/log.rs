@@ -16,12 +16,13 @@ use std::io::Write;
 use std::sync::atomic::Ordering;
 
 use protocol::meta::MetaCommand;
-use protocol::text::{frame_line, parse_request, DetailOp, LineFrame, Request, StatsGroup};
+use protocol::text::{frame_line, parse_request, LineFrame, Request};
 
 use super::{Conn, Mode, PausedGet, State, Status};
 use crate::admin::verbose;
 use crate::config::Binding;
 use crate::ops::Exec;
+use crate::proto::stats::text_reply_logged;
 use crate::session::ahead::Ahead;
 
 /// The lowest level at which requests are logged (memcached's `settings.verbose > 1`).
@@ -50,102 +51,32 @@ pub(super) struct Mark {
 
 /// A text request run with its reply wanted: `noreply` cleared where the logger
 /// reads it back from the output ([`quiet`]).
-pub(super) fn loud(request: Request<'_>) -> Request<'_> {
-    match request {
-        Request::Store {
-            command,
-            key,
-            flags,
-            exptime,
-            len,
-            cas,
-            noreply: true,
-        } => Request::Store {
-            command,
-            key,
-            flags,
-            exptime,
-            len,
-            cas,
-            noreply: false,
-        },
-        Request::Delete { key, noreply: true } => Request::Delete {
-            key,
-            noreply: false,
-        },
-        Request::Arith {
-            incr,
-            key,
-            delta,
-            noreply: true,
-        } => Request::Arith {
-            incr,
-            key,
-            delta,
-            noreply: false,
-        },
-        Request::Touch {
-            key,
-            exptime,
-            noreply: true,
-        } => Request::Touch {
-            key,
-            exptime,
-            noreply: false,
-        },
-        Request::FlushAll {
-            delay,
-            noreply: true,
-        } => Request::FlushAll {
-            delay,
-            noreply: false,
-        },
-        Request::Verbosity {
-            level,
-            noreply: true,
-        } => Request::Verbosity {
-            level,
-            noreply: false,
-        },
-        Request::MemLimit {
-            megabytes,
-            noreply: true,
-        } => Request::MemLimit {
-            megabytes,
-            noreply: false,
-        },
-        Request::Tune {
-            command,
-            noreply: true,
-        } => Request::Tune {
-            command,
-            noreply: false,
-        },
-        Request::Invalid {
-            reply,
-            noreply: true,
-        } => Request::Invalid {
-            reply,
-            noreply: false,
-        },
-        other => other,
+pub(super) fn loud(mut request: Request<'_>) -> Request<'_> {
+    if let Some(noreply) = noreply_of(&mut request) {
+        *noreply = false;
     }
+    request
 }
 
 /// Whether [`loud`] cleared this request's `noreply`: its reply is logged, not sent.
 fn quiet(request: &Request<'_>) -> bool {
-    matches!(
-        request,
-        Request::Store { noreply: true, .. }
-            | Request::Delete { noreply: true, .. }
-            | Request::Arith { noreply: true, .. }
-            | Request::Touch { noreply: true, .. }
-            | Request::FlushAll { noreply: true, .. }
-            | Request::Verbosity { noreply: true, .. }
-            | Request::MemLimit { noreply: true, .. }
-            | Request::Tune { noreply: true, .. }
-            | Request::Invalid { noreply: true, .. }
-    )
+    noreply_of(&mut request.clone()).is_some_and(|noreply| *noreply)
+}
+
+/// The `noreply` of a request whose reply [`loud`] brings back for the log.
+fn noreply_of<'r>(request: &'r mut Request<'_>) -> Option<&'r mut bool> {
+    match request {
+        Request::Store { noreply, .. }
+        | Request::Delete { noreply, .. }
+        | Request::Arith { noreply, .. }
+        | Request::Touch { noreply, .. }
+        | Request::FlushAll { noreply, .. }
+        | Request::Verbosity { noreply, .. }
+        | Request::MemLimit { noreply, .. }
+        | Request::Tune { noreply, .. }
+        | Request::Invalid { noreply, .. } => Some(noreply),
+        _ => None,
+    }
 }
 
 impl Conn {
@@ -286,11 +217,11 @@ impl Conn {
                     verbose::reply_lines(log, fd, reply, false);
                 }
             }
-            Request::Stats(
-                StatsGroup::Reset | StatsGroup::Detail(DetailOp::On | DetailOp::Off),
-            )
-            | Request::MetaNoop => verbose::reply_lines(log, fd, reply, false),
+            Request::Stats(args) if text_reply_logged(args) => {
+                verbose::reply_lines(log, fd, reply, false);
+            }
             Request::Stats(_) => {}
+            Request::MetaNoop => verbose::reply_lines(log, fd, reply, false),
             request if quiet(request) => {
                 verbose::reply_lines(log, fd, reply, true);
                 // Not for the client: the request said `noreply` (`loud`).

@@ -13,35 +13,30 @@
 //!         0        wpos                      len
 //! ```
 //!
-//! Beside the request loop: `gets` (a request parsed ahead, a multi-get ended or
-//! paused, each request's latency class), `modes` (binary, not yet authenticated,
-//! metadump), `log` (the `-vv` lines), `memory` and [`buffers`] (the buffers taken at
-//! the first read and given back when idle).
+//! The request loop is here ([`Conn::process`], `step`); each kind of step has a file:
+//! `text.rs` (a text request, with its data block), `gets.rs` (a request parsed ahead, a
+//! multi-get paused and resumed, latency classes), `modes.rs` (the binary protocol, a
+//! `-Y` login, a running `lru_crawler metadump`, the choice of protocol), `log.rs`
+//! (`-vv`). `buffers.rs` and `memory.rs` keep the buffers and their accounting.
 
 pub mod buffers;
 mod gets;
 mod log;
 mod memory;
 mod modes;
+mod text;
 
 use std::io::{self, IoSlice};
 
-use protocol::binary::REQUEST_MAGIC;
-use protocol::fast::{parse_fast_get, parse_fast_store};
-use protocol::text::{
-    frame_line, parse_request, GetCommand, Keys, LineFrame, Request, StatsGroup,
-    MAX_GET_LINE_BYTES, MAX_KEY_LEN,
-};
+use protocol::fast::parse_fast_get;
+use protocol::text::{GetCommand, MAX_KEY_LEN};
 use storage::Store;
 
-use crate::config::Binding;
 use crate::ops::dump::Dump;
-use crate::ops::{memcached_item_fits, Exec};
-use crate::proto::text::StoreRequest;
-use crate::proto::Flow;
+use crate::ops::Exec;
 use crate::reply::splice::{Output, Splices};
 use crate::session::ahead::Ahead;
-use gets::{class_of, get_class};
+use gets::get_class;
 
 /// Smallest free space offered to a read.
 const READ_CHUNK_BYTES: usize = buffers::CHUNK;
@@ -552,42 +547,18 @@ impl Conn {
     #[inline(always)]
     fn step<const LOG: bool>(&mut self, exec: &Exec<'_>, ahead: &mut Ahead) -> bool {
         if let Some(p) = self.paused_get.take() {
-            if p.end == PausedGet::DUMP.end {
-                self.continue_dump(exec);
-                return true;
-            }
-            let line = &self.rbuf[self.rpos..self.rpos + p.end];
-            let keys = Keys::resume(line, p.key_pos);
-            let pause_at = self.wpos + OUTPUT_HIGH_WATER_BYTES;
-            let paused = exec.get(
-                p.command,
-                p.exptime,
-                keys,
-                &mut self.wbuf,
-                &mut self.flush_mark,
-                pause_at,
-            );
-            let flash = exec.flash_deferred();
-            return self.after_get(paused, flash, p.command, p.exptime, p.end, p.next);
+            return self.resume(exec, p);
         }
         if let Some(i) = ahead.take(self.rpos) {
             if self.run_ahead(exec, ahead, i) {
                 return true;
             }
         }
-        let input = &self.rbuf[self.rpos..self.rlen];
-        let Some(&first) = input.first() else {
+        let Some(&first) = self.rbuf[self.rpos..self.rlen].first() else {
             return false;
         };
         if self.mode == Mode::Undecided {
-            self.mode = match exec.shared.settings.binding {
-                Binding::Auto if first == REQUEST_MAGIC => Mode::Binary,
-                Binding::Auto | Binding::Ascii => Mode::Text,
-                Binding::Binary => Mode::Binary,
-            };
-            if self.mode == Mode::Text && exec.shared.ascii_auth.is_some() {
-                self.mode = Mode::Auth;
-            }
+            self.decide_mode(exec, first);
         }
         if self.mode != Mode::Text {
             return if self.mode == Mode::Binary {
@@ -596,200 +567,7 @@ impl Conn {
                 self.step_auth(exec)
             };
         }
-        // With more input behind a one-key get or a store, the requests after it are
-        // parsed ahead and their lookups prefetched (`ahead.rs`); `hashed` is then this
-        // one's hash and peek. The null store has no lookups to prefetch.
-        let batch = exec.shared.settings.null_store.is_none();
-        // The commonest request, a one-key get, goes straight to its lookup, without a
-        // `Request` built and matched on the way: built, it is spilled to the stack
-        // and read back. `get_one` refuses what it does
-        // not take (a key too long), which then runs the general path.
-        let fast_get = parse_fast_get(input);
-        if let Some(g) = fast_get {
-            let key = &input[g.key_at..g.key_end];
-            let hashed = if batch && g.next < input.len() {
-                let item_size_max = exec.shared.settings.memcached_item_limit();
-                ahead.fill(exec, input, self.rpos, key, g.next, item_size_max)
-            } else {
-                None
-            };
-            if exec.get_one(g.command, key, hashed, &mut self.wbuf, &mut self.flush_mark) {
-                exec.timed(get_class(g.command, false));
-                self.need = 0;
-                self.rpos += g.next;
-                return true;
-            }
-        }
-        // `parse_fast`, without reading the get a second time.
-        let fast = match fast_get {
-            Some(g) => Some((
-                Request::Get {
-                    command: g.command,
-                    exptime: 0,
-                    keys: Keys::single(&input[..g.end], g.key_at),
-                },
-                g.end,
-                g.next,
-            )),
-            None => parse_fast_store(input),
-        };
-        let (request, end, next) = match fast {
-            Some(fast) => fast,
-            None => match frame_line(input) {
-                LineFrame::Line { end, next } => (parse_request(&input[..end]), end, next),
-                LineFrame::Incomplete => {
-                    // A long unterminated line can only be a multi-get (framing
-                    // closes anything else): keep reading up to the line cap.
-                    self.need = if input.len() >= READ_AHEAD_BYTES {
-                        MAX_GET_LINE_BYTES + 1
-                    } else {
-                        0
-                    };
-                    return false;
-                }
-                LineFrame::Close => {
-                    self.state = State::Closed;
-                    return false;
-                }
-            },
-        };
-        self.need = 0;
-        // Logged, a `noreply` request composes its reply for the log (`log.rs`).
-        let request = if LOG { log::loud(request) } else { request };
-        // (The request itself is not handed to `ahead`: a reference to it kept its
-        // fields out of registers, at a 136-byte copy per request.)
-        exec.timed(class_of(&request));
-        if let Request::Get {
-            command,
-            exptime,
-            keys,
-        } = request
-        {
-            let pause_at = self.wpos + OUTPUT_HIGH_WATER_BYTES;
-            let paused = exec.get(
-                command,
-                exptime,
-                keys,
-                &mut self.wbuf,
-                &mut self.flush_mark,
-                pause_at,
-            );
-            let flash = exec.flash_deferred();
-            return self.after_get(paused, flash, command, exptime, end, next);
-        }
-        if let Request::Store {
-            command,
-            key,
-            flags,
-            exptime,
-            len,
-            cas,
-            noreply,
-        } = request
-        {
-            let item_size_max = exec.shared.settings.memcached_item_limit();
-            if !memcached_item_fits(item_size_max, key.len(), flags, len) {
-                exec.reject_too_large(command, key, noreply, &mut self.wbuf);
-                self.rpos += next;
-                self.state = State::Swallow { remaining: len + 2 };
-                return true;
-            }
-            let total = next + len + 2;
-            if input.len() < total {
-                self.wait_for(total);
-                return false;
-            }
-            let hashed = if batch && total < input.len() {
-                ahead.fill(exec, input, self.rpos, key, total, item_size_max)
-            } else {
-                None
-            };
-            let data = &input[next..total];
-            let request = StoreRequest {
-                command,
-                key,
-                flags,
-                exptime,
-                cas,
-                noreply,
-                data,
-                hashed,
-            };
-            exec.execute_store(request, &mut self.wbuf);
-            self.rpos += total;
-            return true;
-        }
-        let (flow, used) = match request {
-            Request::Meta(m) => match m.data_len() {
-                Some(len) => {
-                    if !crate::proto::meta::admit_data(exec, &m, &mut self.wbuf) {
-                        self.rpos += next;
-                        self.state = State::Swallow { remaining: len + 2 };
-                        return true;
-                    }
-                    let total = next + len + 2;
-                    if input.len() < total {
-                        self.wait_for(total);
-                        return false;
-                    }
-                    let data = &input[next..total];
-                    let flow = crate::proto::meta::execute(
-                        exec,
-                        m,
-                        Some(data),
-                        &mut self.wbuf,
-                        &mut self.flush_mark,
-                    );
-                    (flow, total)
-                }
-                None => (
-                    crate::proto::meta::execute(
-                        exec,
-                        m,
-                        None,
-                        &mut self.wbuf,
-                        &mut self.flush_mark,
-                    ),
-                    next,
-                ),
-            },
-            Request::Stats(StatsGroup::Conns) => {
-                let now = exec.shared.clock.now();
-                exec.shared.conns.report(self.fd, now, &mut self.wbuf);
-                (Flow::Continue, next)
-            }
-            // Raised to 2 in a batch run without logging: memcached prints the reply.
-            request @ Request::Verbosity { noreply, .. } if !LOG => {
-                let at = self.wbuf.len();
-                let flow = exec.execute(request, &mut self.wbuf, &mut self.flush_mark);
-                self.log_raised(exec, at, noreply);
-                (flow, next)
-            }
-            request => (
-                exec.execute(request, &mut self.wbuf, &mut self.flush_mark),
-                next,
-            ),
-        };
-        self.rpos += used;
-        match flow {
-            Flow::Continue => true,
-            Flow::CloseAfterWrite => {
-                self.state = State::CloseAfterWrite;
-                false
-            }
-            Flow::Close => {
-                self.state = State::Closed;
-                false
-            }
-            Flow::Watch { streams } => {
-                self.state = State::Watch { streams };
-                false
-            }
-            Flow::Dump => {
-                self.begin_dump(self.rpos - used, end);
-                true
-            }
-        }
+        self.step_text::<LOG>(exec, ahead)
     }
 
     /// Make room for a request of `total` bytes starting at `rpos`, so its

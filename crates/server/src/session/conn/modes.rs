@@ -1,17 +1,34 @@
 //! The connection's less common modes: the binary protocol, a text connection that has
 //! not authenticated yet (`-Y`), and a running `lru_crawler metadump`. Each is a step of
-//! the request loop in `mod.rs`, kept apart so that the text path reads on its own.
+//! the request loop in `mod.rs`, kept apart so that the text path reads on its own; so
+//! is the choice of protocol by a connection's first byte.
 
+use protocol::binary::REQUEST_MAGIC;
 use protocol::text::{parse_request, Request};
 
 use super::{Conn, Mode, PausedGet, State, OUTPUT_HIGH_WATER_BYTES};
 use crate::admin::auth::Step as AuthStep;
+use crate::config::Binding;
 use crate::ops::dump::Dump;
 use crate::ops::Exec;
 use crate::proto::binary::BinaryStep;
 use crate::stats::latency::Command;
 
 impl Conn {
+    /// The protocol of a connection whose first byte is `first`, as memcached's `-B`
+    /// decides it; a text connection under `-Y` starts unauthenticated.
+    #[cold]
+    pub(super) fn decide_mode(&mut self, exec: &Exec<'_>, first: u8) {
+        self.mode = match exec.shared.settings.binding {
+            Binding::Auto if first == REQUEST_MAGIC => Mode::Binary,
+            Binding::Auto | Binding::Ascii => Mode::Text,
+            Binding::Binary => Mode::Binary,
+        };
+        if self.mode == Mode::Text && exec.shared.ascii_auth.is_some() {
+            self.mode = Mode::Auth;
+        }
+    }
+
     /// List items until the output reaches its high-water mark (`process` then waits
     /// for it to drain) or the dump is done.
     #[cold]
