@@ -168,6 +168,9 @@ pub struct Settings {
     pub zero_copy_min: Option<usize>,
     /// `--null-store`: canned replies for get/set, for the benchmark floor.
     pub null_store: Option<Vec<u8>>,
+    /// `--debug-time`: accept memcached-debug's `debugtime` command, which moves or
+    /// stops the server clock (`clock.rs`), so that a test need not sleep for a TTL.
+    pub debug_time: bool,
     /// `--hash-seed`: the store's key hash seed, fixed for a repeatable measurement
     /// (`None`: drawn at random, the default).
     pub hash_seed: Option<u64>,
@@ -235,6 +238,7 @@ impl Default for Settings {
             binding: Binding::Auto,
             sasl_pwdb: None,
             pin: false,
+            debug_time: false,
             busy_poll_us: 0,
             io_backend: IoBackend::Auto,
             udp_gso: true,

@@ -285,6 +285,21 @@ pub enum Request<'a> {
         streams: Option<WatchStreams>,
         noreply: bool,
     },
+    /// `debugtime p|r|<seconds>`: the test clock of memcached's debug build
+    /// (memcached-debug), which its own t/ suite moves instead of sleeping. A server
+    /// without it answers `ERROR`, as for any unknown command.
+    DebugTime(DebugTime),
+}
+
+/// What `debugtime` asks of the server clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DebugTime {
+    /// `p`: the clock stops.
+    Pause,
+    /// `r`: the clock goes on (the seconds it was stopped count, as in memcached).
+    Resume,
+    /// `<seconds>`: the clock moves this many seconds on at once.
+    Forward(u64),
 }
 
 /// The log streams a `watch` asks for, as memcached's `LOG_*` bits (logger.h).

@@ -35,6 +35,6 @@ pub use parse::parse_request;
 
 pub use crate::lex::{safe_strtod, safe_strtol, safe_strtoul, safe_strtoull, Tokens, MAX_TOKENS};
 pub use crate::request::{
-    CrawlTarget, CrawlerCommand, DumpClasses, ErrorReply, ExtstoreSetting, GetCommand, Keys,
-    Request, StoreCommand, TuneCommand, WatchStreams, MAX_KEY_LEN,
+    CrawlTarget, CrawlerCommand, DebugTime, DumpClasses, ErrorReply, ExtstoreSetting, GetCommand,
+    Keys, Request, StoreCommand, TuneCommand, WatchStreams, MAX_KEY_LEN,
 };

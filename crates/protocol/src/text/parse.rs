@@ -4,8 +4,8 @@
 use crate::lex::{safe_strtod, safe_strtol, safe_strtoul, safe_strtoull, Tokens};
 use crate::meta::parse_meta;
 use crate::request::{
-    CrawlTarget, CrawlerCommand, DumpClasses, ErrorReply, ExtstoreSetting, GetCommand, Keys,
-    MetaCommand, Request, StoreCommand, TuneCommand, WatchStreams, MAX_KEY_LEN,
+    CrawlTarget, CrawlerCommand, DebugTime, DumpClasses, ErrorReply, ExtstoreSetting, GetCommand,
+    Keys, MetaCommand, Request, StoreCommand, TuneCommand, WatchStreams, MAX_KEY_LEN,
 };
 
 /// memcached's class list: `all`, `hash`, or class ids joined by commas (empty items
@@ -92,6 +92,7 @@ pub fn parse_request(line: &[u8]) -> Request<'_> {
         (3, b"lru") => parse_lru(&t),
         (5, b"watch") => parse_watch(&t),
         (8, b"extstore") if ntokens >= 3 => parse_extstore(&t),
+        (9, b"debugtime") if ntokens >= 3 => parse_debugtime(t.get(1)),
         _ => {
             if t.get(t.len() - 1).starts_with(b"HTTP/") {
                 Request::Close
@@ -296,6 +297,20 @@ fn parse_flush_all<'a>(t: &Tokens<'a>) -> Request<'a> {
         }
     }
     Request::FlushAll { delay, noreply }
+}
+
+/// memcached-debug's `debugtime`: `p`, `r`, or a number of seconds (`safe_strtoll`
+/// there). A move back in time is refused with `ERROR`: the store's clock, and its
+/// log from CAS ids to seconds, only go forward (docs/protocol.md).
+fn parse_debugtime<'a>(arg: &[u8]) -> Request<'a> {
+    match arg {
+        b"p" => Request::DebugTime(DebugTime::Pause),
+        b"r" => Request::DebugTime(DebugTime::Resume),
+        _ => match safe_strtoull(arg) {
+            Some(secs) => Request::DebugTime(DebugTime::Forward(secs)),
+            None => invalid(ErrorReply::Error),
+        },
+    }
 }
 
 fn parse_verbosity<'a>(t: &Tokens<'a>) -> Request<'a> {
@@ -535,6 +550,31 @@ mod tests {
         match req(line) {
             Request::Invalid { reply, noreply } => Some((reply, noreply)),
             _ => None,
+        }
+    }
+
+    #[test]
+    fn parses_debugtime_as_memcached_debug_does() {
+        use crate::request::DebugTime;
+        assert!(matches!(
+            req("debugtime p"),
+            Request::DebugTime(DebugTime::Pause)
+        ));
+        assert!(matches!(
+            req("debugtime r"),
+            Request::DebugTime(DebugTime::Resume)
+        ));
+        assert!(matches!(
+            req("debugtime 30 extra"),
+            Request::DebugTime(DebugTime::Forward(30))
+        ));
+        // No argument, a word, or a move back: an unknown command's ERROR.
+        for line in ["debugtime", "debugtime x", "debugtime -5", "debugtime 1x"] {
+            assert_eq!(
+                invalid_reply(line),
+                Some((ErrorReply::Error, false)),
+                "{line}"
+            );
         }
     }
 

@@ -527,6 +527,18 @@ pub const FERROCACHE: &[Row] = &[
         ],
     ),
     long(
+        "debug-time",
+        No,
+        |d, _| set(&mut d.s.debug_time, true),
+        On("debug_time: the debugtime command moves or stops the clock (clock.rs)"),
+        &[],
+        &[
+            "--debug-time",
+            "accept memcached-debug's `debugtime p|r|<seconds>`, which",
+            "stops, restarts or moves on the server clock (tests only)",
+        ],
+    ),
+    long(
         "hash-seed",
         Required,
         |d, a| {

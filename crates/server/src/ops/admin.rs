@@ -1,5 +1,5 @@
-//! Server-wide commands: `flush_all`, `verbosity`, `cache_memlimit`, `stats reset`
-//! and `stats detail on|off|dump`.
+//! Server-wide commands: `flush_all`, `verbosity`, `cache_memlimit`, `stats reset`,
+//! `stats detail on|off|dump` and memcached-debug's `debugtime`.
 
 use std::sync::atomic::Ordering;
 
@@ -71,6 +71,22 @@ impl Exec<'_> {
         self.shared
             .verbosity
             .store(level.min(MAX_VERBOSITY_LEVEL), Ordering::Relaxed);
+    }
+
+    /// `debugtime p|r|<seconds>` and its reply: under `--debug-time`, stop, restart or
+    /// move on the server clock; otherwise `ERROR`, as a memcached built without
+    /// `MEMCACHED_DEBUG` answers it (an unknown command).
+    pub fn debug_time(&self, op: protocol::text::DebugTime) -> &'static [u8] {
+        use protocol::text::DebugTime;
+        if !self.shared.settings.debug_time {
+            return b"ERROR\r\n";
+        }
+        match op {
+            DebugTime::Pause => self.shared.clock.pause(true),
+            DebugTime::Resume => self.shared.clock.pause(false),
+            DebugTime::Forward(secs) => self.shared.clock.forward(secs),
+        }
+        b"OK\r\n"
     }
 
     /// `refresh_certs`: reload the TLS certificate, key and CA file for the connections

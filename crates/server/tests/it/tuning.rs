@@ -213,7 +213,9 @@ fn crawler_options_match_memcached() {
 /// reclaims expired items at the LRU tails, so its count would not hold still.)
 #[test]
 fn crawl_reclaims_expired_items_and_disable_stops_the_sweep() {
-    let server = ServerProcess::start(ServerKind::Ferrocache, ARGS);
+    let mut args = ARGS.to_vec();
+    args.push("--debug-time");
+    let server = ServerProcess::start(ServerKind::Ferrocache, &args);
     let mut conn = server.connect();
     assert_eq!(conn.request_str("lru_crawler disable\r\n"), "OK\r\n");
     let mut batch = String::new();
@@ -223,8 +225,16 @@ fn crawl_reclaims_expired_items_and_disable_stops_the_sweep() {
     }
     conn.request(batch.as_bytes());
     assert_eq!(server.stats("")["curr_items"], "400");
-    // Two clock ticks past expiry, and more than one background sweep period.
-    std::thread::sleep(Duration::from_millis(3200));
+    // The clock moved past the short items' TTL, then two ticks of the maintenance
+    // thread: the second comes after a whole pass that would have swept, had the
+    // crawler been on.
+    assert_eq!(conn.request_str("debugtime 2\r\n"), "OK\r\n");
+    let moved: u64 = server.stats("")["uptime"].parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.stats("")["uptime"].parse::<u64>().unwrap() < moved + 2 {
+        assert!(Instant::now() < deadline, "the clock stopped ticking");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let stats = server.stats("");
     assert_eq!(stats["curr_items"], "400", "the disabled crawler swept");
     assert_eq!(stats["crawler_reclaimed"], "0");

@@ -131,6 +131,7 @@ impl Exec<'_> {
                 out.extend_from_slice(self.shared.crawler.command(command));
             }
             Request::Tune { command, noreply } => self.tune(command, noreply, out),
+            Request::DebugTime(op) => out.extend_from_slice(self.debug_time(op)),
         }
         Flow::Continue
     }

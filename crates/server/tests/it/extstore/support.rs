@@ -64,9 +64,15 @@ pub fn start(mem_mib: u64, ext: &str) -> ServerProcess {
     start_kind(ServerKind::Ferrocache, mem_mib, ext)
 }
 
+/// A server with a flash tier; a ferrocache one takes `debugtime` (`--debug-time`), so
+/// that a test moves its clock rather than sleep for a TTL.
 pub fn start_kind(kind: ServerKind, mem_mib: u64, ext: &str) -> ServerProcess {
     let mem = mem_mib.to_string();
-    ServerProcess::start(kind, &["-m", &mem, "-t", "2", "-U", "0", "-o", ext])
+    let mut args = vec!["-m", &mem, "-t", "2", "-U", "0", "-o", ext];
+    if kind == ServerKind::Ferrocache {
+        args.push("--debug-time");
+    }
+    ServerProcess::start(kind, &args)
 }
 
 pub fn key(i: u64) -> String {
