@@ -168,22 +168,27 @@ pub fn safe_strtoul(s: &[u8]) -> Option<u32> {
 /// an `int32_t` (truncating).
 #[must_use]
 pub fn safe_strtol(s: &[u8]) -> Option<i32> {
+    safe_strtoll(s).map(|v| v as i32)
+}
+
+/// memcached's `safe_strtoll`: `strtoll`, out of range refused.
+#[must_use]
+pub fn safe_strtoll(s: &[u8]) -> Option<i64> {
     let (negative, magnitude, end) = c_scan(s);
     if !accept_end(s, end) {
         return None;
     }
-    let value: i64 = if negative {
+    if negative {
         if magnitude > u128::from(i64::MAX as u64) + 1 {
             return None;
         }
-        (magnitude as u64 as i64).wrapping_neg()
+        Some((magnitude as u64 as i64).wrapping_neg())
     } else {
         if magnitude > u128::from(i64::MAX as u64) {
             return None;
         }
-        magnitude as i64
-    };
-    Some(value as i32)
+        Some(magnitude as i64)
+    }
 }
 
 /// memcached's `safe_strtod`: C's `strtod`, the whole token a number, not out of

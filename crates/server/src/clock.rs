@@ -5,10 +5,12 @@
 //! expiry times are converted here with memcached's `realtime()` rules.
 //!
 //! Under `--debug-time` the `debugtime` command of memcached's debug build moves the
-//! clock on or stops it ([`Clock::forward`], [`Clock::pause`]): a test of a TTL moves
-//! time instead of sleeping for it. The clock never goes back: a tick keeps the larger
-//! of the time it reads and the time it holds, so a move on is not undone by a tick that
-//! read the wall clock before it, nor the clock set back by a wall clock set back.
+//! clock or stops it ([`Clock::move_by`], [`Clock::pause`]): a test of a TTL moves time
+//! instead of sleeping for it. The arithmetic is memcached-debug's, which its own t/
+//! files are written against: every move adds to a `delta` that each tick adds to the
+//! wall clock's seconds, and the move itself adds the whole `delta` at once, so that
+//! right after a second move the clock is ahead of where the next tick puts it (it then
+//! steps back; docs/protocol.md). Absolute expiry times stay the wall clock's.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -25,6 +27,9 @@ const CLOCK_HEADROOM_SECS: i64 = 62;
 pub struct Clock {
     process_started: AtomicI64,
     current: AtomicU32,
+    /// memcached-debug's `delta`: the sum of every `debugtime` move, which each tick
+    /// adds to the wall clock's seconds.
+    delta: AtomicI64,
     /// `debugtime p`: ticks leave the time as it is until `debugtime r`.
     paused: AtomicBool,
 }
@@ -43,6 +48,7 @@ impl Clock {
         Clock {
             process_started: AtomicI64::new(started),
             current: AtomicU32::new(CLOCK_HEADROOM_SECS as u32),
+            delta: AtomicI64::new(0),
             paused: AtomicBool::new(false),
         }
     }
@@ -55,44 +61,40 @@ impl Clock {
     pub fn resume(&self, process_started: i64) {
         self.process_started
             .store(process_started, Ordering::Relaxed);
-        self.current.store(self.wall_time(), Ordering::Relaxed);
+        self.tick();
     }
 
-    /// Re-read the wall clock; called once a second by the maintenance thread.
+    /// Re-read the wall clock; called once a second by the maintenance thread. A
+    /// paused clock keeps its time.
     pub fn tick(&self) {
-        if !self.paused.load(Ordering::Relaxed) {
-            self.current.fetch_max(self.wall_time(), Ordering::Relaxed);
+        if self.paused.load(Ordering::Relaxed) {
+            return;
         }
-    }
-
-    /// Relative seconds by the wall clock.
-    fn wall_time(&self) -> RelTime {
         let started = self.process_started.load(Ordering::Relaxed);
-        (unix_now() - started).max(1) as u32
+        let delta = self.delta.load(Ordering::Relaxed);
+        self.current.store(
+            rel_time((unix_now() - started).max(1) + delta),
+            Ordering::Relaxed,
+        );
     }
 
-    /// `debugtime <seconds>`: the clock moves on at once, as if the server had started
-    /// that much earlier: relative time 0 moves back, so every later tick, absolute
-    /// expiry times and the start a warm restart saves all keep the move.
-    /// memcached-debug adds the sum of all moves so far at each one until its next
-    /// tick, and keeps its start; the moves add up the same from its next tick on
-    /// (docs/protocol.md).
-    pub fn forward(&self, secs: u64) {
-        let secs = u32::try_from(secs).unwrap_or(u32::MAX);
-        self.process_started
-            .fetch_sub(i64::from(secs), Ordering::Relaxed);
-        let _ = self
-            .current
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
-                Some(t.saturating_add(secs))
-            });
+    /// `debugtime <seconds>`, as memcached-debug does it: `delta += seconds; current
+    /// += delta`. The next tick puts the clock at the wall clock plus `delta`.
+    pub fn move_by(&self, secs: i64) {
+        let delta = self
+            .delta
+            .fetch_add(secs, Ordering::Relaxed)
+            .saturating_add(secs);
+        let now = i64::from(self.current.load(Ordering::Relaxed));
+        self.current
+            .store(rel_time(now.saturating_add(delta)), Ordering::Relaxed);
     }
 
     /// `debugtime p` (true) and `debugtime r` (false): while paused, ticks leave the
-    /// time alone; once resumed, the seconds spent paused count, as in memcached-debug.
+    /// time alone (moves still move it); once resumed, the next tick counts the seconds
+    /// spent paused, as in memcached-debug.
     pub fn pause(&self, paused: bool) {
         self.paused.store(paused, Ordering::Relaxed);
-        self.tick();
     }
 
     /// Relative seconds now (memcached's `current_time`).
@@ -143,6 +145,11 @@ impl Clock {
     }
 }
 
+/// Seconds as a relative time: at least 1 (0 means "never"), at most `u32::MAX`.
+fn rel_time(secs: i64) -> RelTime {
+    secs.clamp(1, i64::from(u32::MAX)) as RelTime
+}
+
 impl Default for Clock {
     fn default() -> Self {
         Self::new()
@@ -166,28 +173,31 @@ mod tests {
     }
 
     #[test]
-    fn debugtime_moves_on_pauses_and_never_goes_back() {
+    fn debugtime_moves_and_pauses_as_memcached_debug_does() {
         let c = Clock::new();
         c.tick();
         let start = c.now();
-        c.forward(100);
-        assert!(c.now() >= start + 100);
-        // A tick keeps the move.
+        c.move_by(3);
+        assert_eq!(c.now(), start + 3);
+        // A second move adds the whole delta (3 + 4) at once...
+        c.move_by(4);
+        assert_eq!(c.now(), start + 10);
+        // ...and the next tick is the wall clock plus the delta.
         c.tick();
-        assert!((start + 100..start + 103).contains(&c.now()), "{}", c.now());
+        assert!((start + 7..start + 10).contains(&c.now()), "{}", c.now());
         c.pause(true);
         let held = c.now();
         c.tick();
         assert_eq!(c.now(), held, "a paused clock does not tick");
-        c.forward(5);
-        assert_eq!(c.now(), held + 5, "a paused clock still moves on");
+        // delta 7 - 7 = 0: the move adds nothing, the next tick is the wall clock.
+        c.move_by(-7);
+        assert_eq!(c.now(), held);
         c.pause(false);
-        assert!(c.now() >= held + 5);
-        // Relative time 0 moved back with the moves, so a warm restart keeps them.
-        let saved = c.process_started();
-        let c = Clock::new();
-        c.resume(saved);
-        assert!(c.now() >= held + 5);
+        c.tick();
+        assert!((start..start + 3).contains(&c.now()), "{}", c.now());
+        // Absolute expiry times stay the wall clock's.
+        let abs = c.process_started() + 100;
+        assert_eq!(c.realtime(abs as i32), 100);
     }
 
     #[test]

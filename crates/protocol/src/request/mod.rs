@@ -298,8 +298,9 @@ pub enum DebugTime {
     Pause,
     /// `r`: the clock goes on (the seconds it was stopped count, as in memcached).
     Resume,
-    /// `<seconds>`: the clock moves this many seconds on at once.
-    Forward(u64),
+    /// `<seconds>`: the clock moves this many seconds on (back, if negative), in
+    /// memcached-debug's arithmetic (the server's `clock.rs` says which).
+    Move(i64),
 }
 
 /// The log streams a `watch` asks for, as memcached's `LOG_*` bits (logger.h).

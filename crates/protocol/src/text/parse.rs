@@ -1,7 +1,7 @@
 //! The text-protocol request parser: one framed line in, one [`Request`] out,
 //! with the reply memcached gives for every malformed line.
 
-use crate::lex::{safe_strtod, safe_strtol, safe_strtoul, safe_strtoull, Tokens};
+use crate::lex::{safe_strtod, safe_strtol, safe_strtoll, safe_strtoul, safe_strtoull, Tokens};
 use crate::meta::parse_meta;
 use crate::request::{
     CrawlTarget, CrawlerCommand, DebugTime, DumpClasses, ErrorReply, ExtstoreSetting, GetCommand,
@@ -299,15 +299,14 @@ fn parse_flush_all<'a>(t: &Tokens<'a>) -> Request<'a> {
     Request::FlushAll { delay, noreply }
 }
 
-/// memcached-debug's `debugtime`: `p`, `r`, or a number of seconds (`safe_strtoll`
-/// there). A move back in time is refused with `ERROR`: the store's clock, and its
-/// log from CAS ids to seconds, only go forward (docs/protocol.md).
+/// memcached-debug's `debugtime`: `p`, `r`, or a number of seconds, negative too, as
+/// its `safe_strtoll` reads it.
 fn parse_debugtime<'a>(arg: &[u8]) -> Request<'a> {
     match arg {
         b"p" => Request::DebugTime(DebugTime::Pause),
         b"r" => Request::DebugTime(DebugTime::Resume),
-        _ => match safe_strtoull(arg) {
-            Some(secs) => Request::DebugTime(DebugTime::Forward(secs)),
+        _ => match safe_strtoll(arg) {
+            Some(secs) => Request::DebugTime(DebugTime::Move(secs)),
             None => invalid(ErrorReply::Error),
         },
     }
@@ -566,10 +565,14 @@ mod tests {
         ));
         assert!(matches!(
             req("debugtime 30 extra"),
-            Request::DebugTime(DebugTime::Forward(30))
+            Request::DebugTime(DebugTime::Move(30))
         ));
-        // No argument, a word, or a move back: an unknown command's ERROR.
-        for line in ["debugtime", "debugtime x", "debugtime -5", "debugtime 1x"] {
+        assert!(matches!(
+            req("debugtime -5"),
+            Request::DebugTime(DebugTime::Move(-5))
+        ));
+        // No argument, or not a number: an unknown command's ERROR.
+        for line in ["debugtime", "debugtime x", "debugtime 1x"] {
             assert_eq!(
                 invalid_reply(line),
                 Some((ErrorReply::Error, false)),

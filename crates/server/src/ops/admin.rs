@@ -74,7 +74,7 @@ impl Exec<'_> {
     }
 
     /// `debugtime p|r|<seconds>` and its reply: under `--debug-time`, stop, restart or
-    /// move on the server clock; otherwise `ERROR`, as a memcached built without
+    /// move the server clock; otherwise `ERROR`, as a memcached built without
     /// `MEMCACHED_DEBUG` answers it (an unknown command).
     pub fn debug_time(&self, op: protocol::text::DebugTime) -> &'static [u8] {
         use protocol::text::DebugTime;
@@ -84,7 +84,7 @@ impl Exec<'_> {
         match op {
             DebugTime::Pause => self.shared.clock.pause(true),
             DebugTime::Resume => self.shared.clock.pause(false),
-            DebugTime::Forward(secs) => self.shared.clock.forward(secs),
+            DebugTime::Move(secs) => self.shared.clock.move_by(secs),
         }
         b"OK\r\n"
     }
