@@ -3,9 +3,11 @@
 //! - [`serve`]: start-up, from parsed settings to a running server.
 //! - [`launch`]: the listeners, the worker threads, the signal, maintenance and
 //!   crawler threads. [`epoll`]: a worker on epoll; [`uring`]: the same worker on one
-//!   io_uring (`--io-backend=uring`); [`worker`]: what the two share.
+//!   io_uring (`--io-backend=uring`); [`worker`]: what the two share, a connection's
+//!   whole life but its reads and writes (admission, accept, close, the scans).
 //! - [`net`]: TCP and UNIX listeners and streams; [`udp`]: memcached's UDP framing.
-//! - [`spin`]: adaptive busy polling.
+//! - [`spin`]: adaptive busy polling. [`tls`]: a TLS connection's records.
+//!   [`flash_io`]: flash reads off the workers.
 //! - [`metrics`]: `--metrics-listen`, Prometheus' `/metrics` on a thread of its own.
 //!
 //! Every backend reads into a [`crate::session::Conn`] and writes what it composed;

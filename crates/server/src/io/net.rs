@@ -121,14 +121,11 @@ pub fn bind_unix(path: &str, mask: u32, backlog: i32) -> Result<UnixListener> {
 }
 
 impl Listener {
-    /// Accept one connection.
+    /// Accept one connection (its options are set where every backend's are, in
+    /// `worker/slots.rs`).
     pub fn accept(&self) -> io::Result<Stream> {
         match self {
-            Listener::Tcp(l) | Listener::Tls(l) => {
-                let (s, _) = l.accept()?;
-                let _ = s.set_nodelay(true);
-                Ok(Stream::Tcp(s))
-            }
+            Listener::Tcp(l) | Listener::Tls(l) => l.accept().map(|(s, _)| Stream::Tcp(s)),
             Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
         }
     }
@@ -197,11 +194,6 @@ impl Stream {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),
         }
-    }
-
-    /// `--busy-poll-us` on this connection.
-    pub fn set_busy_poll(&self, micros: u32) -> io::Result<()> {
-        crate::sys::set_busy_poll(self.raw_fd(), micros)
     }
 
     /// Block (with a timeout) to write everything: used only at shutdown.
