@@ -5,6 +5,7 @@
 //! request, and writes all replies with one `write`. What happens to a connection
 //! besides its reads and writes (its accept, its close, the scans) is `worker/`'s.
 
+use std::convert::Infallible;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -19,7 +20,7 @@ use mio::{Events, Interest, Poll, Registry, Token};
 use crate::admin::watch::CloseReason;
 use crate::config::IoBackend;
 use crate::io::flash_io::WorkerReads;
-use crate::io::net::{Listener, Stream};
+use crate::io::net::{receive_round, Listener, Round, Stream};
 use crate::io::spin::AdaptiveSpin;
 use crate::io::tls::{self, Failure};
 use crate::io::udp::UdpEndpoint;
@@ -336,17 +337,6 @@ enum Next {
     Watch(u16),
 }
 
-/// What a receive got.
-#[derive(Clone, Copy, Default)]
-struct Got {
-    /// Bytes came.
-    any: bool,
-    /// The socket was drained (a short read, or `WouldBlock`).
-    drained: bool,
-    /// End of stream (or the socket failed).
-    eof: bool,
-}
-
 impl Client {
     /// Receive, run and write, again while requests wait on output that drained.
     #[inline(always)]
@@ -358,12 +348,13 @@ impl Client {
                 Ok(got) => got,
                 Err(next) => return next,
             };
-            if got.any {
+            if got.bytes > 0 {
                 self.link.entry.touch(turn.exec.now());
             }
-            let (exec, ahead) = (&turn.exec, &mut *turn.ahead);
-            let status =
-                self.with_reads(turn.flash, turn.slot, |c| c.link.conn.process(exec, ahead));
+            let exec = &turn.exec;
+            self.link.lend_reads(turn.flash);
+            let status = self.link.conn.process(exec, turn.ahead);
+            self.link.start_reads(turn.flash, turn.slot);
             if status == Status::Close {
                 release_splices(exec);
                 return Next::Close(CloseReason::Error);
@@ -404,7 +395,7 @@ impl Client {
     /// Receive what the socket has into the connection, through its TLS session if it
     /// has one. A TLS failure sends the alert rustls queued and closes.
     #[inline(always)]
-    fn receive(&mut self, turn: &mut Turn<'_>) -> Result<Got, Next> {
+    fn receive(&mut self, turn: &mut Turn<'_>) -> Result<Round, Next> {
         let stats = turn.exec.stats;
         let Some(t) = self.link.tls.as_mut() else {
             return Ok(read_plain(&mut self.stream, &mut self.link.conn, stats));
@@ -415,8 +406,8 @@ impl Client {
         match t.receive(&mut self.stream, turn.scratch, &mut self.link.conn, ctx) {
             Ok(got) => {
                 bump(&stats.bytes_read, got.plain as u64);
-                Ok(Got {
-                    any: got.bytes > 0,
+                Ok(Round {
+                    bytes: got.bytes,
                     drained: got.drained,
                     eof: got.eof,
                 })
@@ -530,38 +521,18 @@ impl Client {
     }
 }
 
-/// Read a plain connection's socket into its input until the socket is drained (a
-/// short read means it is), the output is backed up, or much input is waiting.
+/// Read a plain connection's socket into its input, as long as [`receive_round`] says.
 #[inline(always)]
-fn read_plain(stream: &mut Stream, conn: &mut Conn, stats: &WorkerStats) -> Got {
-    let mut got = Got::default();
-    while !conn.output_blocked() && conn.buffered() < conn.read_limit() {
+fn read_plain(stream: &mut Stream, conn: &mut Conn, stats: &WorkerStats) -> Round {
+    receive_round(conn, |conn| {
         let space = conn.read_space();
-        let want = space.len();
-        match stream.read(space) {
-            Ok(0) => {
-                got.eof = true;
-                break;
-            }
-            Ok(n) => {
-                conn.filled(n);
-                bump(&stats.bytes_read, n as u64);
-                got.any = true;
-                if n < want {
-                    got.drained = true;
-                    break;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                got.drained = true;
-                break;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => {
-                got.eof = true;
-                break;
-            }
+        let offered = space.len();
+        let read = stream.read(space);
+        if let Ok(n @ 1..) = read {
+            conn.filled(n);
+            bump(&stats.bytes_read, n as u64);
         }
-    }
-    got
+        Ok(read.map(|n| (n, offered)))
+    })
+    .unwrap_or_else(|never: Infallible| match never {})
 }

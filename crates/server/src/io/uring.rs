@@ -560,10 +560,10 @@ impl UringWorker {
             return;
         };
         let exec = self.engine.exec(c.fd.as_raw_fd(), c.link.tls.is_some());
-        let (ring, ahead, draining) = (&mut self.ring, &mut self.ahead, self.draining);
-        let open = c.with_reads(self.engine.flash.as_ref(), idx, |c| {
-            drive_client(ring, &exec, ahead, c, draining)
-        });
+        let flash = self.engine.flash.as_ref();
+        c.link.lend_reads(flash);
+        let open = drive_client(&mut self.ring, &exec, &mut self.ahead, c, self.draining);
+        c.link.start_reads(flash, idx);
         if !open {
             let reason = c.close_reason();
             self.close(idx, reason);

@@ -148,3 +148,20 @@ pub(crate) fn accept_failed(shared: &Shared, stats: &WorkerStats, e: &std::io::E
         eprintln!("ferrocache: accept failed: {e}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::slots::tests::engine;
+
+    #[test]
+    fn a_tls_connection_copies_every_value() {
+        let engine = engine(&[]);
+        let tls = engine.exec(7, true);
+        assert!(tls.sink.splices.is_none());
+        assert_eq!(tls.sink.splice_min, usize::MAX);
+        assert_eq!(tls.sink.fd, 7);
+        let plain = engine.exec(7, false);
+        assert_eq!(plain.sink.splices.is_some(), engine.splices.is_some());
+        assert_eq!(plain.sink.splice_min, engine.splice_min);
+    }
+}

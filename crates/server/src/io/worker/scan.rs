@@ -95,62 +95,71 @@ fn scan<C: Slot>(
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::net::UnixStream;
+
     use super::super::slots::tests::{engine, open, TestClient};
+    use super::super::Engine;
     use super::*;
+
+    /// A worker for a server started with `args`, with `n` connections open in slots
+    /// `0..n` (their peers' ends beside), and its scans, made now.
+    fn worker(args: &[&str], n: usize) -> (Engine, Slots<TestClient>, Vec<UnixStream>, Scans) {
+        let engine = engine(args);
+        let mut slots = Slots::default();
+        let peers = (0..n)
+            .map(|i| {
+                let (idx, peer) = open(&mut slots, &engine);
+                assert_eq!(idx, Some(i));
+                peer
+            })
+            .collect();
+        let scans = Scans::new(&engine.shared);
+        (engine, slots, peers, scans)
+    }
 
     /// Move the server clock on by `secs`, as the maintenance thread's ticks would.
     fn advance(shared: &Shared, secs: i64) {
         shared.clock.resume(shared.clock.process_started() - secs);
     }
 
+    fn idle_releases(slots: &mut Slots<TestClient>, idx: usize) -> Option<usize> {
+        slots.get_mut(idx).map(|c| c.idle_releases)
+    }
+
     #[test]
     fn nothing_is_scanned_before_the_clock_ticks() {
-        let engine = engine(&["-o", "idle_timeout=1"]);
-        let shared = &*engine.shared;
-        let mut slots = Slots::<TestClient>::default();
-        let (idx, _peer) = open(&mut slots, &engine);
-        let idx = idx.expect("opened");
-        let mut scans = Scans::new(shared);
-        scans.after_turn(&mut slots, shared, &engine.stats, |_| {});
-        assert_eq!(slots.get_mut(idx).map(|c| c.idle_releases), Some(0));
+        let (engine, mut slots, _peers, mut scans) = worker(&["-o", "idle_timeout=1"], 1);
+        scans.after_turn(&mut slots, &engine.shared, &engine.stats, |_| {});
+        assert_eq!(idle_releases(&mut slots, 0), Some(0));
     }
 
     #[test]
     fn an_idle_connection_is_closed_past_idle_timeout_and_counted() {
-        let engine = engine(&["-o", "idle_timeout=5"]);
+        let (engine, mut slots, _peers, mut scans) = worker(&["-o", "idle_timeout=5"], 2);
         let shared = &*engine.shared;
-        let mut slots = Slots::<TestClient>::default();
-        let (quiet, _pq) = open(&mut slots, &engine);
-        let (busy, _pb) = open(&mut slots, &engine);
-        let (quiet, busy) = (quiet.expect("quiet"), busy.expect("busy"));
-        let mut scans = Scans::new(shared);
         advance(shared, 6);
-        let now = shared.clock.now();
-        slots.get_mut(busy).expect("busy").link.entry.touch(now);
+        let busy = slots.get_mut(1).expect("busy");
+        busy.link.entry.touch(shared.clock.now());
         let mut detached = 0;
         scans.after_turn(&mut slots, shared, &engine.stats, |_| detached += 1);
         assert_eq!(detached, 1);
-        assert!(slots.get_mut(quiet).is_none(), "idle for 6 s, past 5");
+        assert!(slots.get_mut(0).is_none(), "idle for 6 s, past 5");
         assert_eq!(engine.stats.idle_kicks.load(Ordering::Relaxed), 1);
         assert_eq!(shared.curr_connections.load(Ordering::Relaxed), 1);
         // The one left received just now: its buffers stay.
-        assert_eq!(slots.get_mut(busy).map(|c| c.idle_releases), Some(0));
-        slots.close(busy, shared, CloseReason::Normal, |_| {});
+        assert_eq!(idle_releases(&mut slots, 1), Some(0));
     }
 
     #[test]
     fn a_quiet_connection_gives_its_buffers_back_without_a_timeout() {
-        let engine = engine(&[]);
-        let shared = &*engine.shared;
-        let mut slots = Slots::<TestClient>::default();
-        let (idx, _peer) = open(&mut slots, &engine);
-        let idx = idx.expect("opened");
-        let mut scans = Scans::new(shared);
-        advance(shared, i64::from(BUFFER_IDLE_SECS));
-        scans.after_turn(&mut slots, shared, &engine.stats, |_| {});
-        let c = slots.get_mut(idx).expect("no idle timeout: still open");
-        assert_eq!(c.idle_releases, 1);
+        let (engine, mut slots, _peers, mut scans) = worker(&[], 1);
+        advance(&engine.shared, i64::from(BUFFER_IDLE_SECS));
+        scans.after_turn(&mut slots, &engine.shared, &engine.stats, |_| {});
+        assert_eq!(
+            idle_releases(&mut slots, 0),
+            Some(1),
+            "still open, buffers back"
+        );
         assert_eq!(engine.stats.idle_kicks.load(Ordering::Relaxed), 0);
-        slots.close(idx, shared, CloseReason::Normal, |_| {});
     }
 }

@@ -89,6 +89,23 @@ impl Link {
             .refuse_watch(b"ERROR watch is not supported over TLS\r\n");
         false
     }
+
+    /// Before the connection's turn: lend it the flash reads finished for it
+    /// (`flash_io.rs`).
+    #[inline(always)]
+    pub fn lend_reads(&mut self, flash: Option<&WorkerReads>) {
+        if let Some(f) = flash {
+            f.begin(&mut self.reads);
+        }
+    }
+
+    /// After the connection's turn (it is in `slot`): start the flash reads it deferred.
+    #[inline(always)]
+    pub fn start_reads(&mut self, flash: Option<&WorkerReads>, slot: usize) {
+        if let Some(f) = flash {
+            f.end(slot, &mut self.reads, &mut self.conn);
+        }
+    }
 }
 
 /// A backend's connection, as [`Slots`] holds it.
@@ -113,29 +130,6 @@ pub(crate) trait Slot {
     /// The buffer scan found the connection idle (see [`Conn::release_idle`]): give
     /// its buffers back, with the backend's own where none is in flight.
     fn release_idle(&mut self);
-
-    /// Run `turn` with the flash reads finished for this connection lent to it, then
-    /// start the reads it deferred (`flash_io.rs`); the connection is in `slot`.
-    #[inline(always)]
-    fn with_reads<T>(
-        &mut self,
-        flash: Option<&WorkerReads>,
-        slot: usize,
-        turn: impl FnOnce(&mut Self) -> T,
-    ) -> T
-    where
-        Self: Sized,
-    {
-        if let Some(f) = flash {
-            f.begin(&mut self.link_mut().reads);
-        }
-        let done = turn(self);
-        if let Some(f) = flash {
-            let link = self.link_mut();
-            f.end(slot, &mut link.reads, &mut link.conn);
-        }
-        done
-    }
 }
 
 /// A connection in its slot, with the token of its admission.
@@ -228,12 +222,10 @@ impl<C: Slot> Slots<C> {
         reason: CloseReason,
         detach: impl FnOnce(&mut C),
     ) {
-        let Some(c) = self.get_mut(idx) else {
-            return;
-        };
-        conn_closing(shared, &c.socket(), reason);
-        detach(c);
-        drop(self.release(idx, shared));
+        drop(self.leave(idx, shared, |c| {
+            conn_closing(shared, &c.socket(), reason);
+            detach(c);
+        }));
     }
 
     /// `watch`: the connection leaves the worker for the logger thread, which owns its
@@ -248,13 +240,15 @@ impl<C: Slot> Slots<C> {
         streams: u16,
         detach: impl FnOnce(&mut C),
     ) {
-        let Some(c) = self.get_mut(idx) else {
-            return;
-        };
-        detach(c);
-        if let Some(c) = self.release(idx, shared) {
+        if let Some(c) = self.leave(idx, shared, detach) {
             shared.watch.attach(c.into_socket(), streams);
         }
+    }
+
+    /// `detach` the connection in slot `idx`, then [`Slots::release`] it.
+    fn leave(&mut self, idx: usize, shared: &Shared, detach: impl FnOnce(&mut C)) -> Option<C> {
+        detach(self.get_mut(idx)?);
+        self.release(idx, shared)
     }
 
     /// Take the connection out of its slot: `stats conns` forgets it, it no longer
