@@ -5,6 +5,7 @@
 //! request, and writes all replies with one `write`. What happens to a connection
 //! besides its reads and writes (its accept, its close, the scans) is `worker/`'s.
 
+use std::cell::RefCell;
 use std::convert::Infallible;
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -29,6 +30,7 @@ use crate::io::worker::{
     SHUTDOWN_WRITE_TIMEOUT,
 };
 use crate::ops::Exec;
+use crate::reply::splice::Splices;
 use crate::session::conn::{Conn, Status};
 use crate::session::Ahead;
 use crate::stats::latency::now_ticks;
@@ -393,19 +395,30 @@ impl Client {
     }
 
     /// Receive what the socket has into the connection, through its TLS session if it
-    /// has one. A TLS failure sends the alert rustls queued and closes.
+    /// has one.
     #[inline(always)]
     fn receive(&mut self, turn: &mut Turn<'_>) -> Result<Round, Next> {
-        let stats = turn.exec.stats;
-        let Some(t) = self.link.tls.as_mut() else {
-            return Ok(read_plain(&mut self.stream, &mut self.link.conn, stats));
-        };
-        let Some(ctx) = turn.exec.shared.tls.as_ref() else {
+        if self.link.tls.is_some() {
+            return self.receive_tls(&turn.exec, turn.scratch);
+        }
+        Ok(read_plain(
+            &mut self.stream,
+            &mut self.link.conn,
+            turn.exec.stats,
+        ))
+    }
+
+    /// [`Client::receive`] over TLS, through `scratch`. A TLS failure sends the alert
+    /// rustls queued and closes. Out of line, as [`Client::send_spliced`] is: `drive`,
+    /// where the plain path is inlined whole, is the request path.
+    #[inline(never)]
+    fn receive_tls(&mut self, exec: &Exec<'_>, scratch: &mut [u8]) -> Result<Round, Next> {
+        let (Some(t), Some(ctx)) = (self.link.tls.as_mut(), exec.shared.tls.as_ref()) else {
             return Err(Next::Wait);
         };
-        match t.receive(&mut self.stream, turn.scratch, &mut self.link.conn, ctx) {
+        match t.receive(&mut self.stream, scratch, &mut self.link.conn, ctx) {
             Ok(got) => {
-                bump(&stats.bytes_read, got.plain as u64);
+                bump(&exec.stats.bytes_read, got.plain as u64);
                 Ok(Round {
                     bytes: got.bytes,
                     drained: got.drained,
@@ -427,24 +440,30 @@ impl Client {
     #[inline(always)]
     fn send(&mut self, exec: &Exec<'_>, closing: bool) -> Result<(), ()> {
         if let Some(splices) = exec.sink.splices.filter(|s| !s.borrow().is_empty()) {
-            // Large values go in place: one vectored send per socket-full, then
-            // what the socket did not take is copied and the pins are given back.
-            let mut splices = splices.borrow_mut();
-            let stream = &mut self.stream;
-            let sent = self
-                .link
-                .conn
-                .flush_spliced(&mut splices, &exec.shared.store, |iov| {
-                    stream.write_vectored(iov)
-                })
-                .map_err(drop)?;
-            bump(&exec.stats.bytes_written, sent as u64);
+            self.send_spliced(splices, exec)?;
         }
         if self.link.tls.is_some() {
             self.send_tls(exec.stats, closing)
         } else {
             self.write_plain(exec.stats)
         }
+    }
+
+    /// Large values go in place: one vectored send per socket-full, then what the
+    /// socket did not take is copied and the pins are given back.
+    #[inline(never)]
+    fn send_spliced(&mut self, splices: &RefCell<Splices>, exec: &Exec<'_>) -> Result<(), ()> {
+        let mut splices = splices.borrow_mut();
+        let stream = &mut self.stream;
+        let sent = self
+            .link
+            .conn
+            .flush_spliced(&mut splices, &exec.shared.store, |iov| {
+                stream.write_vectored(iov)
+            })
+            .map_err(drop)?;
+        bump(&exec.stats.bytes_written, sent as u64);
+        Ok(())
     }
 
     /// Seal the replies into records and send them: one vectored send per
