@@ -28,7 +28,7 @@
 use std::fs::File;
 use std::io;
 use std::net::Shutdown;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -103,8 +103,7 @@ pub fn resolve(requested: IoBackend) -> (IoBackend, Option<String>) {
 
 /// A connection slot owned by one worker.
 struct Client {
-    fd: OwnedFd,
-    link: Link,
+    link: Link<OwnedFd>,
     token: u64,
     /// A multishot receive is armed (its last completion not yet seen).
     recv_armed: bool,
@@ -130,6 +129,7 @@ struct Client {
 }
 
 impl Slot for Client {
+    type Socket = OwnedFd;
     /// The slot's generation.
     type Tag = u32;
 
@@ -137,20 +137,8 @@ impl Slot for Client {
         (generation + 1) & GENERATION_MASK
     }
 
-    fn link(&self) -> &Link {
-        &self.link
-    }
-
-    fn link_mut(&mut self) -> &mut Link {
+    fn link_mut(&mut self) -> &mut Link<OwnedFd> {
         &mut self.link
-    }
-
-    fn socket(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-
-    fn into_socket(self) -> OwnedFd {
-        self.fd
     }
 
     fn release_idle(&mut self) {
@@ -306,6 +294,9 @@ impl UringWorker {
         })
     }
 
+    /// Serve until shutdown; inlined into the worker thread's closure, as the epoll
+    /// worker's `run` is (see there).
+    #[inline]
     pub fn run(mut self) {
         self.start();
         let mut scans = Scans::new(&self.engine.shared);
@@ -510,8 +501,7 @@ impl UringWorker {
                     ring.recv_multi(fd.as_raw_fd(), token);
                     Some(token)
                 },
-                |fd, link, token| Client {
-                    fd,
+                |link, token| Client {
                     link,
                     token,
                     recv_armed: true,
@@ -559,7 +549,9 @@ impl UringWorker {
         let Some(c) = self.slots.get_mut(idx) else {
             return;
         };
-        let exec = self.engine.exec(c.fd.as_raw_fd(), c.link.tls.is_some());
+        let exec = self
+            .engine
+            .exec(c.link.socket.as_raw_fd(), c.link.tls.is_some());
         let flash = self.engine.flash.as_ref();
         c.link.lend_reads(flash);
         let open = drive_client(&mut self.ring, &exec, &mut self.ahead, c, self.draining);
@@ -574,7 +566,8 @@ impl UringWorker {
                 // Its multishot receive was cancelled and its last send completed
                 // first, so no completion of this ring names the socket any more.
                 let shared = &self.engine.shared;
-                self.slots.hand_to_logger(idx, shared, streams, |_| {});
+                self.slots
+                    .hand_to_logger(idx, shared, streams, |_| {}, |c| c.link.socket);
             }
         }
     }
@@ -633,7 +626,7 @@ fn detach(ring: &mut Ring, shared: &Shared, c: &mut Client) {
         shared.watch.release();
     }
     let _ = ring.submit();
-    let _ = SockRef::from(&c.fd).shutdown(Shutdown::Both);
+    let _ = SockRef::from(&c.link.socket).shutdown(Shutdown::Both);
 }
 
 fn mark(dirty: &mut Vec<usize>, c: &mut Client, idx: usize) {

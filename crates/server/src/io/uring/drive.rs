@@ -47,7 +47,7 @@ pub(super) fn drive_client(
             }
             // A short send: the rest goes first.
             let out = c.out.take().expect("checked");
-            ring.send(c.fd.as_raw_fd(), c.token, out, c.out_sent);
+            ring.send(c.link.socket.as_raw_fd(), c.token, out, c.out_sent);
         }
     }
     if draining || c.close_after_write {
@@ -101,7 +101,7 @@ pub(super) fn drive_client(
             c.cancelling = true;
         }
     } else if !c.recv_armed {
-        ring.recv_multi(c.fd.as_raw_fd(), c.token);
+        ring.recv_multi(c.link.socket.as_raw_fd(), c.token);
         c.recv_armed = true;
     }
     if idle_output {

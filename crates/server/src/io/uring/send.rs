@@ -29,7 +29,7 @@ pub(super) fn send_spliced(exec: &Exec<'_>, c: &mut Client) -> Option<bool> {
         c.link.conn.materialize(&mut splices, store);
         return Some(false);
     }
-    let fd = c.fd.as_raw_fd();
+    let fd = c.link.socket.as_raw_fd();
     let n = c
         .link
         .conn
@@ -61,7 +61,7 @@ pub(super) fn start_send(ring: &mut Ring, c: &mut Client, stats: &WorkerStats) -
     }
     c.link.conn.take_output(&mut out);
     c.out_sent = 0;
-    ring.send(c.fd.as_raw_fd(), c.token, out, 0);
+    ring.send(c.link.socket.as_raw_fd(), c.token, out, 0);
     true
 }
 
@@ -88,6 +88,6 @@ fn start_send_tls(ring: &mut Ring, c: &mut Client, stats: &WorkerStats) -> bool 
     out.clear();
     t.take_ciphertext(&mut out);
     c.out_sent = 0;
-    ring.send(c.fd.as_raw_fd(), c.token, out, 0);
+    ring.send(c.link.socket.as_raw_fd(), c.token, out, 0);
     true
 }

@@ -65,7 +65,7 @@ fn scan<C: Slot>(
     now: u32,
     mut detach: impl FnMut(&mut C),
 ) {
-    let idle_for = |c: &C| now.saturating_sub(c.link().entry.last_input());
+    let idle_for = |c: &mut C| now.saturating_sub(c.link_mut().entry.last_input());
     let timeout = shared.settings.idle_timeout_secs;
     if timeout > 0 {
         for idx in slots.matching(|c| idle_for(c) > timeout) {
@@ -80,8 +80,8 @@ fn scan<C: Slot>(
     }
     buffers::publish();
     if let Some(tls) = &shared.tls {
-        let expired = |c: &C| {
-            c.link()
+        let expired = |c: &mut C| {
+            c.link_mut()
                 .tls
                 .as_ref()
                 .is_some_and(|t| t.handshake_expired(now))

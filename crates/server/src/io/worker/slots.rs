@@ -63,8 +63,11 @@ impl Admitted {
     }
 }
 
-/// What every connection holds, whichever backend serves it.
-pub(crate) struct Link {
+/// What every connection holds, whichever backend serves it, over its socket `S`.
+pub(crate) struct Link<S> {
+    /// Its socket (epoll: mio's, registered with the worker's poller; io_uring: the
+    /// descriptor the ring reads and writes).
+    pub socket: S,
     /// The sans-I/O connection: its buffers, framing and requests.
     pub conn: Conn,
     /// Its `stats conns` entry, which also holds the server time of the last byte
@@ -76,7 +79,7 @@ pub(crate) struct Link {
     pub reads: ConnReads,
 }
 
-impl Link {
+impl<S> Link<S> {
     /// `process` accepted a `watch`: whether the connection may now go to the logger
     /// thread. The logger writes plain sockets only: a TLS connection is refused, and
     /// stays an ordinary connection.
@@ -110,6 +113,8 @@ impl Link {
 
 /// A backend's connection, as [`Slots`] holds it.
 pub(crate) trait Slot {
+    type Socket: AsFd;
+
     /// What a slot keeps from one connection to the next, changed at every release
     /// (io_uring: a generation, so that a completion for a closed connection never
     /// reaches the next one in its slot); `()` where nothing is kept.
@@ -118,14 +123,7 @@ pub(crate) trait Slot {
     /// The tag a slot gets when its connection is released.
     fn next_tag(tag: Self::Tag) -> Self::Tag;
 
-    fn link(&self) -> &Link;
-
-    fn link_mut(&mut self) -> &mut Link;
-
-    fn socket(&self) -> BorrowedFd<'_>;
-
-    /// The socket itself, for the logger thread (`watch`).
-    fn into_socket(self) -> OwnedFd;
+    fn link_mut(&mut self) -> &mut Link<Self::Socket>;
 
     /// The buffer scan found the connection idle (see [`Conn::release_idle`]): give
     /// its buffers back, with the backend's own where none is in flight.
@@ -164,15 +162,14 @@ impl<C: Slot> Slots<C> {
     /// its TLS session; `register` puts it on the backend's poller or ring under the
     /// slot's index and tag (`None`: it could not, and the socket is dropped); then its
     /// `stats conns` entry and `conn_new` line, and `client` makes the backend's
-    /// connection of the socket, its [`Link`] and what `register` returned. Returns the
-    /// slot.
-    pub fn open<S: AsFd, R>(
+    /// connection of its [`Link`] and what `register` returned. Returns the slot.
+    pub fn open<R>(
         &mut self,
         engine: &Engine,
-        mut socket: S,
+        mut socket: C::Socket,
         tls: bool,
-        register: impl FnOnce(&mut S, usize, C::Tag) -> Option<R>,
-        client: impl FnOnce(S, Link, R) -> C,
+        register: impl FnOnce(&mut C::Socket, usize, C::Tag) -> Option<R>,
+        client: impl FnOnce(Link<C::Socket>, R) -> C,
     ) -> Option<usize> {
         let shared = &*engine.shared;
         let Some(admitted) = Admitted::admit(shared, &engine.stats) else {
@@ -201,12 +198,13 @@ impl<C: Slot> Slots<C> {
         let mut conn = Conn::new();
         conn.set_fd(socket.as_fd().as_raw_fd());
         let link = Link {
+            socket,
             conn,
             entry,
             tls: session,
             reads: engine.flash.as_ref().map(|f| f.conn()).unwrap_or_default(),
         };
-        let client = client(socket, link, registered);
+        let client = client(link, registered);
         self.held[idx] = Some(Held { admitted, client });
         Some(idx)
     }
@@ -223,7 +221,7 @@ impl<C: Slot> Slots<C> {
         detach: impl FnOnce(&mut C),
     ) {
         drop(self.leave(idx, shared, |c| {
-            conn_closing(shared, &c.socket(), reason);
+            conn_closing(shared, &c.link_mut().socket, reason);
             detach(c);
         }));
     }
@@ -232,16 +230,18 @@ impl<C: Slot> Slots<C> {
     /// socket from now on (memcached's `event_del` and `logger_add_watcher`), once
     /// `detach` took it off the backend's poller or ring. The worker keeps no part of
     /// it, so no watcher can slow it down. It counts as closed here (`curr_connections`,
-    /// `stats conns`), without memcached's `conn_close` line.
+    /// `stats conns`), without memcached's `conn_close` line. `into_socket` gives the
+    /// socket itself (still non-blocking) out of the connection.
     pub fn hand_to_logger(
         &mut self,
         idx: usize,
         shared: &Shared,
         streams: u16,
         detach: impl FnOnce(&mut C),
+        into_socket: impl FnOnce(C) -> OwnedFd,
     ) {
         if let Some(c) = self.leave(idx, shared, detach) {
-            shared.watch.attach(c.into_socket(), streams);
+            shared.watch.attach(into_socket(c), streams);
         }
     }
 
@@ -255,8 +255,13 @@ impl<C: Slot> Slots<C> {
     /// counts in `curr_connections`, and the slot is free for the next. `None` (and
     /// nothing done) for a free slot.
     pub fn release(&mut self, idx: usize, shared: &Shared) -> Option<C> {
-        let Held { admitted, client } = self.held.get_mut(idx)?.take()?;
-        shared.conns.closed(client.socket().as_raw_fd());
+        let Held {
+            admitted,
+            mut client,
+        } = self.held.get_mut(idx)?.take()?;
+        shared
+            .conns
+            .closed(client.link_mut().socket.as_fd().as_raw_fd());
         self.vacate(idx, admitted, shared);
         Some(client)
     }
@@ -329,9 +334,9 @@ impl<C: Slot> Slots<C> {
     }
 
     /// The slots whose connection `pick` picks.
-    pub fn matching(&self, pick: impl Fn(&C) -> bool) -> Vec<usize> {
+    pub fn matching(&mut self, mut pick: impl FnMut(&mut C) -> bool) -> Vec<usize> {
         (0..self.held.len())
-            .filter(|&i| self.held[i].as_ref().is_some_and(|h| pick(&h.client)))
+            .filter(|&i| self.held[i].as_mut().is_some_and(|h| pick(&mut h.client)))
             .collect()
     }
 
@@ -377,33 +382,21 @@ pub(crate) mod tests {
 
     /// A connection as a backend would hold it, over one end of a socket pair.
     pub(crate) struct TestClient {
-        pub socket: UnixStream,
-        pub link: Link,
+        pub link: Link<UnixStream>,
         /// How often the buffer scan found it idle.
         pub idle_releases: usize,
     }
 
     impl Slot for TestClient {
+        type Socket = UnixStream;
         type Tag = u8;
 
         fn next_tag(tag: u8) -> u8 {
             tag.wrapping_add(1)
         }
 
-        fn link(&self) -> &Link {
-            &self.link
-        }
-
-        fn link_mut(&mut self) -> &mut Link {
+        fn link_mut(&mut self) -> &mut Link<UnixStream> {
             &mut self.link
-        }
-
-        fn socket(&self) -> BorrowedFd<'_> {
-            self.socket.as_fd()
-        }
-
-        fn into_socket(self) -> OwnedFd {
-            self.socket.into()
         }
 
         fn release_idle(&mut self) {
@@ -432,8 +425,7 @@ pub(crate) mod tests {
             ours,
             false,
             |_, _, tag| Some(tag),
-            |socket, link, _| TestClient {
-                socket,
+            |link, _| TestClient {
                 link,
                 idle_releases: 0,
             },
@@ -526,7 +518,7 @@ pub(crate) mod tests {
             ours,
             false,
             |_, _, _| None::<()>,
-            |_, _, _| unreachable!("not registered"),
+            |_, _| unreachable!("not registered"),
         );
         assert_eq!(idx, None);
         assert_eq!(curr(&engine), 0);
@@ -542,7 +534,7 @@ pub(crate) mod tests {
         let mut slots = Slots::default();
         let (idx, _peer) = open(&mut slots, &engine);
         let idx = idx.expect("opened");
-        slots.hand_to_logger(idx, shared, 0, |_| {});
+        slots.hand_to_logger(idx, shared, 0, |_| {}, |c| c.link.socket.into());
         assert_eq!(curr(&engine), 0);
         assert!(slots.get_mut(idx).is_none());
     }
