@@ -2,9 +2,11 @@
 //!
 //! A worker never hands a connection to another thread. Per wake-up it reads
 //! everything the socket has, lets [`Conn::process`] execute every complete
-//! request, and writes all replies with one `write`.
+//! request, and writes all replies with one `write`. What happens to a connection
+//! besides its reads and writes (its accept, its close, the scans) is `worker/`'s.
 
 use std::cell::RefCell;
+use std::convert::Infallible;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
@@ -14,24 +16,24 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Registry, Token};
 
 use crate::admin::watch::CloseReason;
 use crate::config::IoBackend;
-use crate::io::net::{Listener, Stream};
+use crate::io::flash_io::WorkerReads;
+use crate::io::net::{receive_round, Listener, Round, Stream};
 use crate::io::spin::AdaptiveSpin;
-use crate::io::tls::{self, Failure, TlsConn};
+use crate::io::tls::{self, Failure};
 use crate::io::udp::UdpEndpoint;
 use crate::io::worker::{
-    admit, clear_wake, conn_closing, conn_opened, grow_table, listening_line, table_grew,
-    BufferScan, IdleScan, SCAN_PERIOD, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
+    accept_failed, clear_wake, release_splices, Engine, Link, Scans, Slot, Slots, SCAN_PERIOD,
+    SHUTDOWN_WRITE_TIMEOUT,
 };
 use crate::ops::Exec;
 use crate::reply::splice::Splices;
-use crate::session::conn::{buffers, Conn, Status};
+use crate::session::conn::{Conn, Status};
 use crate::session::Ahead;
-use crate::state::Shared;
-use crate::stats::latency::{now_ticks, Recorder};
+use crate::stats::latency::now_ticks;
 use crate::stats::{bump, WorkerStats};
 
 const WAKER: Token = Token(usize::MAX);
@@ -40,53 +42,49 @@ const UDP_BASE: usize = usize::MAX / 4;
 
 /// A connection slot owned by one worker.
 struct Client {
-    stream: Stream,
-    conn: Conn,
-    /// Its `stats conns` entry, which also holds the server time of the last byte
-    /// received, for `-o idle_timeout`.
-    entry: Arc<crate::admin::conns::Entry>,
+    link: Link<Stream>,
     /// Registered for writable events because output is pending.
     want_write: bool,
-    /// Its flash reads in flight and done (`flash_io.rs`).
-    reads: crate::io::flash_io::ConnReads,
-    /// The TLS session of a connection accepted on a TLS listener (`-Z`).
-    tls: Option<Box<TlsConn>>,
+}
+
+impl Slot for Client {
+    type Socket = Stream;
+    type Tag = ();
+
+    fn next_tag(_: ()) {}
+
+    fn link_mut(&mut self) -> &mut Link<Stream> {
+        &mut self.link
+    }
+
+    fn release_idle(&mut self) {
+        self.link.conn.release_idle(None);
+    }
 }
 
 pub(crate) struct Worker {
     poll: Poll,
     listeners: Vec<Listener>,
     udp: Vec<UdpEndpoint>,
-    clients: Vec<Option<Client>>,
-    free: Vec<usize>,
+    slots: Slots<Client>,
     /// Connections to drive again without waiting for an event (they stopped
     /// reading early for fairness or backpressure).
     again: Vec<usize>,
-    shared: Arc<Shared>,
-    stats: Arc<WorkerStats>,
+    engine: Engine,
     wake: Arc<File>,
-    /// Large get values pinned for the connection being driven (`--zero-copy-min`);
-    /// empty between connections.
-    splices: Option<RefCell<Splices>>,
-    /// Flash reads off the worker (`flash_io.rs`), with a flash tier.
-    flash: Option<crate::io::flash_io::WorkerReads>,
-    /// `Exec::splice_min` for this worker's connections.
-    splice_min: usize,
     /// `--busy-poll-us`: how long to poll before sleeping.
     spin: Option<AdaptiveSpin>,
     /// Requests parsed ahead, lent to each connection's `process` call.
     ahead: Ahead,
     /// Where TLS connections' ciphertext is received (empty without TLS listeners).
     scratch: Vec<u8>,
-    /// The requests run and not yet timed (`None` with `--latency-histograms off`).
-    latency: Option<Recorder>,
 }
 
 impl Worker {
     pub(crate) fn new(
         mut listeners: Vec<Listener>,
         mut udp: Vec<UdpEndpoint>,
-        shared: Arc<Shared>,
+        shared: Arc<crate::state::Shared>,
         stats: Arc<WorkerStats>,
         wake: Arc<File>,
     ) -> Result<Self> {
@@ -101,7 +99,6 @@ impl Worker {
             poll.registry()
                 .register(&mut u.socket, Token(UDP_BASE + i), Interest::READABLE)?;
         }
-        let (splices, splice_min) = Splices::for_worker(&shared.settings, IoBackend::Epoll);
         let scratch = if listeners.iter().any(Listener::is_tls) {
             vec![0; tls::SCRATCH_BYTES]
         } else {
@@ -111,18 +108,12 @@ impl Worker {
             poll,
             listeners,
             udp,
-            clients: Vec::new(),
-            free: Vec::new(),
+            slots: Slots::default(),
             again: Vec::new(),
-            splices,
-            splice_min,
-            flash: crate::io::flash_io::WorkerReads::new(wake.clone()),
             spin: AdaptiveSpin::new(shared.settings.busy_poll_us),
             ahead: Ahead::default(),
             scratch,
-            latency: shared.settings.latency_histograms.then(Recorder::default),
-            shared,
-            stats,
+            engine: Engine::new(shared, stats, &wake, IoBackend::Epoll),
             wake,
         })
     }
@@ -161,19 +152,14 @@ impl Worker {
         result
     }
 
+    /// Serve until shutdown. Inlined into the worker thread's closure (`launch.rs`),
+    /// where it was before that closure moved into a function of its own: called, this
+    /// loop and the `drive` under it took about 10 instructions more per wake-up.
+    #[inline]
     pub(crate) fn run(&mut self) {
-        let now = self.shared.clock.now();
-        for l in &self.listeners {
-            self.shared.conns.listening(l, false, now);
-            listening_line(&self.shared, l, false);
-        }
-        for u in &self.udp {
-            self.shared.conns.listening(&u.socket, true, now);
-            listening_line(&self.shared, &u.socket, true);
-        }
+        self.engine.announce(&self.listeners, &self.udp);
         let mut events = Events::with_capacity(1024);
-        let mut idle = IdleScan::new(&self.shared);
-        let mut buffer_scan = BufferScan::new(&self.shared);
+        let mut scans = Scans::new(&self.engine.shared);
         loop {
             let timeout = if !self.again.is_empty() {
                 Some(Duration::ZERO)
@@ -187,11 +173,11 @@ impl Worker {
                 eprintln!("ferrocache: epoll failed: {e}");
                 return;
             }
-            if self.shared.shutting_down.load(Ordering::Relaxed) {
+            if self.engine.shared.shutting_down.load(Ordering::Relaxed) {
                 self.shutdown();
                 return;
             }
-            if let Some(r) = &self.latency {
+            if let Some(r) = &self.engine.latency {
                 r.woke(now_ticks());
             }
             for event in events.iter() {
@@ -201,7 +187,9 @@ impl Worker {
                         self.flash_finished();
                     }
                     Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
-                    Token(t) if t >= UDP_BASE => self.serve_udp(t - UDP_BASE),
+                    Token(t) if t >= UDP_BASE => {
+                        self.udp[t - UDP_BASE].serve(&self.engine.exec_udp())
+                    }
                     Token(idx) => self.drive(idx),
                 }
             }
@@ -214,343 +202,95 @@ impl Worker {
             // the turn's end, at most the turn's length late; per connection, the
             // clock read cost a fifth of a one-key get's instructions
             // (docs/perf-notes.md, "Latency histograms").
-            if let Some(r) = &self.latency {
-                r.flush(&self.stats.latency);
+            if let Some(r) = &self.engine.latency {
+                r.flush(&self.engine.stats.latency);
             }
-            for idx in idle.due(&self.shared, &self.clients, |c| c.entry.last_input()) {
-                bump(&self.stats.idle_kicks, 1);
-                self.close(idx, CloseReason::IdleTimeout);
-            }
-            if let Some(now) = buffer_scan.due(&self.shared) {
-                for c in self.clients.iter_mut().flatten() {
-                    if BufferScan::idle(now, c.entry.last_input()) {
-                        c.conn.release_idle(None);
-                    }
-                }
-                buffers::publish();
-                if !self.scratch.is_empty() {
-                    self.expire_handshakes(now);
-                }
-            }
+            let registry = self.poll.registry();
+            let (shared, stats) = (&self.engine.shared, &self.engine.stats);
+            scans.after_turn(&mut self.slots, shared, stats, |c| detach(registry, c));
         }
     }
 
     /// Hand finished flash reads to their connections; one whose reads are all done
     /// runs again this turn.
     fn flash_finished(&mut self) {
-        if let Some(f) = &self.flash {
+        if let Some(f) = &self.engine.flash {
             let again = &mut self.again;
-            f.deliver_finished(
-                &mut self.clients,
-                |c| (&mut c.reads, &mut c.conn),
-                |_, slot| again.push(slot),
-            );
+            self.slots.deliver_reads(f, |_, slot| again.push(slot));
         }
     }
 
     fn accept(&mut self, listener: usize) {
         loop {
-            let mut stream = match self.listeners[listener].accept() {
+            let stream = match self.listeners[listener].accept() {
                 Ok(s) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    super::worker::accept_failed(&self.shared, &self.stats, &e);
+                    accept_failed(&self.engine.shared, &self.engine.stats, &e);
                     return;
                 }
             };
-            if !admit(&self.shared, &self.stats) {
-                let _ = stream.write(TOO_MANY_CONNECTIONS);
-                continue;
-            }
-            if self.shared.settings.busy_poll_us > 0 {
-                if let Err(e) = stream.set_busy_poll(self.shared.settings.busy_poll_us) {
-                    if self.shared.settings.verbose > 0 {
-                        eprintln!("ferrocache: SO_BUSY_POLL refused: {e}");
-                    }
-                }
-            }
-            let idx = self.free.pop().unwrap_or_else(|| {
-                grow_table(&mut self.clients, &mut self.free);
-                self.clients.push(None);
-                table_grew(&self.stats, &self.clients, self.free.capacity() * 8);
-                self.clients.len() - 1
-            });
-            if self
-                .poll
-                .registry()
-                .register(&mut stream, Token(idx), Interest::READABLE)
-                .is_err()
-            {
-                self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-                self.free.push(idx);
-                continue;
-            }
-            let now = self.shared.clock.now();
-            let tls = match (&self.shared.tls, self.listeners[listener].is_tls()) {
-                (Some(t), true) => match TlsConn::new(t, now) {
-                    Ok(session) => Some(session),
-                    Err(_) => {
-                        let _ = self.poll.registry().deregister(&mut stream);
-                        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-                        self.free.push(idx);
-                        continue;
-                    }
-                },
-                _ => None,
-            };
-            let entry = self.shared.conns.accepted(&stream, now);
-            conn_opened(&self.shared, &stream);
-            let mut conn = Conn::new();
-            conn.set_fd(stream.as_fd().as_raw_fd());
-            self.clients[idx] = Some(Client {
+            let registry = self.poll.registry();
+            let opened = self.slots.open(
+                &self.engine,
                 stream,
-                conn,
-                entry,
-                want_write: false,
-                tls,
-                reads: self.flash.as_ref().map(|f| f.conn()).unwrap_or_default(),
-            });
-            // Data may already be waiting (edge-triggered: drive once now).
-            self.drive(idx);
+                self.listeners[listener].is_tls(),
+                |stream, idx, ()| {
+                    registry
+                        .register(stream, Token(idx), Interest::READABLE)
+                        .ok()
+                },
+                |link, ()| Client {
+                    link,
+                    want_write: false,
+                },
+            );
+            if let Some(idx) = opened {
+                // Data may already be waiting (edge-triggered: drive once now).
+                self.drive(idx);
+            }
         }
-    }
-
-    fn serve_udp(&mut self, i: usize) {
-        let exec = Exec {
-            shared: &self.shared,
-            stats: &self.stats,
-            sink: crate::reply::Sink {
-                message_ends: None,
-                splices: None,
-                splice_min: usize::MAX,
-                fd: -1,
-                flash: None,
-            },
-            latency: self.latency.as_ref(),
-        };
-        self.udp[i].serve(&exec);
     }
 
     fn close(&mut self, idx: usize, reason: CloseReason) {
-        if let Some(mut client) = self.clients[idx].take() {
-            conn_closing(&self.shared, &client.stream, reason);
-            let _ = self.poll.registry().deregister(&mut client.stream);
-            self.shared.conns.closed(client.stream.as_fd().as_raw_fd());
-            self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-            self.free.push(idx);
-        }
+        let registry = self.poll.registry();
+        self.slots
+            .close(idx, &self.engine.shared, reason, |c| detach(registry, c));
     }
 
-    /// Read, execute and write for one connection.
+    /// Read, execute and write for one connection, until it waits for its socket.
     fn drive(&mut self, idx: usize) {
-        let Some(client) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(client) = self.slots.get_mut(idx) else {
             return;
         };
-        // Values go through the TLS session, never in place from the store.
-        let in_place = client.tls.is_none();
-        let exec = Exec {
-            shared: &self.shared,
-            stats: &self.stats,
-            sink: crate::reply::Sink {
-                message_ends: None,
-                splices: self.splices.as_ref().filter(|_| in_place),
-                splice_min: if in_place {
-                    self.splice_min
-                } else {
-                    usize::MAX
-                },
-                fd: client.stream.as_fd().as_raw_fd(),
-                flash: self.flash.as_ref().map(|f| &f.reads),
-            },
-            latency: self.latency.as_ref(),
+        let mut turn = Turn {
+            slot: idx,
+            exec: self.engine.exec(
+                client.link.socket.as_fd().as_raw_fd(),
+                client.link.tls.is_some(),
+            ),
+            flash: self.engine.flash.as_ref(),
+            ahead: &mut self.ahead,
+            scratch: &mut self.scratch,
+            registry: self.poll.registry(),
         };
-        loop {
-            // Read until the socket is drained (a short read means it is),
-            // unless output is backed up or much input is already waiting.
-            let (read_any, drained, eof) = match client.tls.as_mut() {
-                None => read_plain(&mut client.stream, &mut client.conn, &self.stats),
-                Some(t) => {
-                    let Some(ctx) = self.shared.tls.as_ref() else {
-                        return;
-                    };
-                    match t.receive(&mut client.stream, &mut self.scratch, &mut client.conn, ctx) {
-                        Ok(got) => {
-                            bump(&self.stats.bytes_read, got.plain as u64);
-                            (got.bytes > 0, got.drained, got.eof)
-                        }
-                        Err(failure) => {
-                            if failure == Failure::Alert {
-                                let _ = t.send(&mut client.stream);
-                            }
-                            self.close(idx, CloseReason::Error);
-                            return;
-                        }
-                    }
-                }
-            };
-            if read_any {
-                client.entry.touch(self.shared.clock.now());
-            }
-            if let Some(f) = &self.flash {
-                f.begin(&mut client.reads);
-            }
-            let status = client.conn.process(&exec, &mut self.ahead);
-            if let Some(f) = &self.flash {
-                f.end(idx, &mut client.reads, &mut client.conn);
-            }
-            if status == Status::Close {
-                if let Some(splices) = &self.splices {
-                    splices.borrow_mut().release(&self.shared.store);
-                }
-                self.close(idx, CloseReason::Error);
-                return;
-            }
-            if let Status::Watch { streams } = status {
-                if client.tls.is_none() {
-                    self.hand_to_logger(idx, streams);
-                    return;
-                }
-                // The logger writes plain sockets only: a TLS connection is refused
-                // and stays an ordinary connection.
-                self.shared.watch.release();
-                client
-                    .conn
-                    .refuse_watch(b"ERROR watch is not supported over TLS\r\n");
-            }
-            if let Some(splices) = self.splices.as_ref().filter(|s| !s.borrow().is_empty()) {
-                // Large values go in place: one vectored send per socket-full, then
-                // what the socket did not take is copied and the pins are given back.
-                let mut splices = splices.borrow_mut();
-                let store = &self.shared.store;
-                let stream = &mut client.stream;
-                let sent = client
-                    .conn
-                    .flush_spliced(&mut splices, store, |iov| stream.write_vectored(iov));
-                match sent {
-                    Ok(n) => bump(&self.stats.bytes_written, n as u64),
-                    Err(_) => {
-                        drop(splices);
-                        self.close(idx, CloseReason::Error);
-                        return;
-                    }
-                }
-            }
-            if let Some(t) = client.tls.as_mut() {
-                // Seal the replies into records and send them: one vectored send per
-                // socket-full, sealing more while the session takes them.
-                if status == Status::CloseAfterWrite {
-                    t.seal(&mut client.conn);
-                    t.close_notify();
-                }
-                loop {
-                    let sealed = t.seal(&mut client.conn);
-                    bump(&self.stats.bytes_written, sealed as u64);
-                    if t.send(&mut client.stream).is_err() {
-                        self.close(idx, CloseReason::Error);
-                        return;
-                    }
-                    if t.wants_write() || client.conn.output().is_empty() || sealed == 0 {
-                        break;
-                    }
-                }
-            }
-            // One write for every reply of this wake-up.
-            while !client.conn.output().is_empty() && client.tls.is_none() {
-                match client.stream.write(client.conn.output()) {
-                    Ok(n) => {
-                        client.conn.written(n);
-                        bump(&self.stats.bytes_written, n as u64);
-                        if !client.conn.output().is_empty() {
-                            // Partial write: the socket buffer is full.
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => {
-                        self.close(idx, CloseReason::Error);
-                        return;
-                    }
-                }
-            }
-            let pending = !client.conn.output().is_empty()
-                || client.tls.as_ref().is_some_and(|t| t.wants_write());
-            if eof || (status == Status::CloseAfterWrite && !pending) {
-                // On EOF memcached closes too, dropping replies it could not write.
-                self.close(idx, CloseReason::Normal);
-                return;
-            }
-            if pending != client.want_write {
-                let interest = if pending {
-                    Interest::READABLE | Interest::WRITABLE
-                } else {
-                    Interest::READABLE
-                };
-                if self
-                    .poll
-                    .registry()
-                    .reregister(&mut client.stream, Token(idx), interest)
-                    .is_err()
-                {
-                    self.close(idx, CloseReason::Error);
-                    return;
-                }
-                client.want_write = pending;
-            }
-            // Count what the buffers grew to (a value on its way, replies waiting), and
-            // give them back if the connection is empty and the worker over its budget.
-            client.conn.shrink_idle();
-            if pending || status == Status::CloseAfterWrite {
-                // The writable event brings us back.
-                return;
-            }
-            if client.conn.stalled_on_output() {
-                // Output drained after backpressure: run the waiting requests.
-                continue;
-            }
-            if !drained {
-                // Stopped reading with bytes left in the socket: come back
-                // after the other connections had their turn.
-                self.again.push(idx);
-            }
-            return;
-        }
-    }
-
-    /// Close the connections whose TLS handshake ran out of time.
-    fn expire_handshakes(&mut self, now: u32) {
-        for idx in 0..self.clients.len() {
-            let expired = self.clients[idx]
-                .as_ref()
-                .and_then(|c| c.tls.as_ref())
-                .is_some_and(|t| t.handshake_expired(now));
-            if expired {
-                if let Some(tls) = &self.shared.tls {
-                    tls.handshake_errors.fetch_add(1, Ordering::Relaxed);
-                }
-                self.close(idx, CloseReason::Error);
+        match client.run(&mut turn) {
+            Next::Wait => {}
+            Next::Later => self.again.push(idx),
+            Next::Close(reason) => self.close(idx, reason),
+            Next::Watch(streams) => {
+                let registry = self.poll.registry();
+                let shared = &self.engine.shared;
+                self.slots.hand_to_logger(
+                    idx,
+                    shared,
+                    streams,
+                    |c| detach(registry, c),
+                    |c| c.link.socket.into_owned_fd(),
+                );
             }
         }
-    }
-
-    /// `watch`: the connection leaves this worker for the logger thread, which owns
-    /// its socket from now on (memcached's `event_del` and `logger_add_watcher`). The
-    /// worker keeps no part of it, so no watcher can slow it down; the logger writes to
-    /// it without blocking and drops it when it closes. It counts as closed here
-    /// (`curr_connections`, `stats conns`).
-    fn hand_to_logger(&mut self, idx: usize, streams: u16) {
-        let Some(mut client) = self.clients[idx].take() else {
-            return;
-        };
-        let _ = self.poll.registry().deregister(&mut client.stream);
-        let fd = client.stream.as_fd().as_raw_fd();
-        self.shared.conns.closed(fd);
-        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-        self.free.push(idx);
-        self.shared
-            .watch
-            .attach(client.stream.into_owned_fd(), streams);
     }
 
     /// Stop accepting, give every client its pending replies, close all.
@@ -559,58 +299,257 @@ impl Worker {
             let _ = self.poll.registry().deregister(l);
         }
         self.listeners.clear();
-        for idx in 0..self.clients.len() {
-            if let Some(client) = self.clients[idx].as_mut() {
-                if let Some(t) = client.tls.as_mut() {
-                    // Records the socket did not take yet: best effort, no waiting.
-                    t.seal(&mut client.conn);
-                    t.close_notify();
-                    let _ = t.send(&mut client.stream);
-                } else if !client.conn.output().is_empty() {
-                    let out = client.conn.output();
-                    let _ = client
-                        .stream
-                        .write_all_blocking(out, SHUTDOWN_WRITE_TIMEOUT);
-                }
+        for idx in 0..self.slots.len() {
+            if let Some(client) = self.slots.get_mut(idx) {
+                client.flush_for_shutdown();
             }
             self.close(idx, CloseReason::Shutdown);
         }
     }
 }
 
-/// Read a plain connection's socket into its input until the socket is drained (a
-/// short read means it is), the output is backed up, or much input is waiting.
-/// Returns whether anything was read, whether the socket was drained, and end of
-/// stream.
-fn read_plain(stream: &mut Stream, conn: &mut Conn, stats: &WorkerStats) -> (bool, bool, bool) {
-    let (mut read_any, mut drained, mut eof) = (false, false, false);
-    while !conn.output_blocked() && conn.buffered() < conn.read_limit() {
-        let space = conn.read_space();
-        let want = space.len();
-        match stream.read(space) {
-            Ok(0) => {
-                eof = true;
-                break;
+/// Take a connection's socket off the worker's epoll set, before it closes or goes to
+/// the logger thread.
+fn detach(registry: &Registry, c: &mut Client) {
+    let _ = registry.deregister(&mut c.link.socket);
+}
+
+/// What a connection's turn borrows of its worker.
+struct Turn<'w> {
+    slot: usize,
+    exec: Exec<'w>,
+    flash: Option<&'w WorkerReads>,
+    ahead: &'w mut Ahead,
+    scratch: &'w mut [u8],
+    registry: &'w Registry,
+}
+
+/// What a connection's turn leaves its worker to do.
+enum Next {
+    /// Nothing: an event brings it back (readable, or writable for pending replies).
+    Wait,
+    /// Drive it again after the other connections had their turn: it stopped reading
+    /// with bytes left in the socket.
+    Later,
+    Close(CloseReason),
+    /// `watch` for these streams: hand it to the logger thread.
+    Watch(u16),
+}
+
+impl Client {
+    /// Receive, run and write, again while requests wait on output that drained.
+    #[inline(always)]
+    fn run(&mut self, turn: &mut Turn<'_>) -> Next {
+        loop {
+            // Read until the socket is drained (a short read means it is),
+            // unless output is backed up or much input is already waiting.
+            let got = match self.receive(turn) {
+                Ok(got) => got,
+                Err(next) => return next,
+            };
+            if got.bytes > 0 {
+                self.link.entry.touch(turn.exec.now());
             }
-            Ok(n) => {
-                conn.filled(n);
-                bump(&stats.bytes_read, n as u64);
-                read_any = true;
-                if n < want {
-                    drained = true;
-                    break;
+            let exec = &turn.exec;
+            self.link.lend_reads(turn.flash);
+            let status = self.link.conn.process(exec, turn.ahead);
+            self.link.start_reads(turn.flash, turn.slot);
+            if status == Status::Close {
+                release_splices(exec);
+                return Next::Close(CloseReason::Error);
+            }
+            if let Status::Watch { streams } = status {
+                if self.link.may_watch(exec.shared) {
+                    return Next::Watch(streams);
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                drained = true;
-                break;
+            let closing = status == Status::CloseAfterWrite;
+            if self.send(exec, closing).is_err() {
+                return Next::Close(CloseReason::Error);
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => {
-                eof = true;
-                break;
+            let pending = !self.link.conn.output().is_empty()
+                || self.link.tls.as_ref().is_some_and(|t| t.wants_write());
+            if got.eof || (closing && !pending) {
+                // On EOF memcached closes too, dropping replies it could not write.
+                return Next::Close(CloseReason::Normal);
+            }
+            if self.want_write(pending, turn).is_err() {
+                return Next::Close(CloseReason::Error);
+            }
+            // Count what the buffers grew to (a value on its way, replies waiting), and
+            // give them back if the connection is empty and the worker over its budget.
+            self.link.conn.shrink_idle();
+            if pending || closing {
+                // The writable event brings us back.
+                return Next::Wait;
+            }
+            if self.link.conn.stalled_on_output() {
+                // Output drained after backpressure: run the waiting requests.
+                continue;
+            }
+            return if got.drained { Next::Wait } else { Next::Later };
+        }
+    }
+
+    /// Receive what the socket has into the connection, through its TLS session if it
+    /// has one.
+    #[inline(always)]
+    fn receive(&mut self, turn: &mut Turn<'_>) -> Result<Round, Next> {
+        if self.link.tls.is_some() {
+            return self.receive_tls(&turn.exec, turn.scratch);
+        }
+        Ok(read_plain(
+            &mut self.link.socket,
+            &mut self.link.conn,
+            turn.exec.stats,
+        ))
+    }
+
+    /// [`Client::receive`] over TLS, through `scratch`. A TLS failure sends the alert
+    /// rustls queued and closes. Out of line, as [`Client::send_spliced`] is: `drive`,
+    /// where the plain path is inlined whole, is the request path.
+    #[inline(never)]
+    fn receive_tls(&mut self, exec: &Exec<'_>, scratch: &mut [u8]) -> Result<Round, Next> {
+        let (Some(t), Some(ctx)) = (self.link.tls.as_mut(), exec.shared.tls.as_ref()) else {
+            return Err(Next::Wait);
+        };
+        match t.receive(&mut self.link.socket, scratch, &mut self.link.conn, ctx) {
+            Ok(got) => {
+                bump(&exec.stats.bytes_read, got.plain as u64);
+                Ok(Round {
+                    bytes: got.bytes,
+                    drained: got.drained,
+                    eof: got.eof,
+                })
+            }
+            Err(failure) => {
+                if failure == Failure::Alert {
+                    let _ = t.send(&mut self.link.socket);
+                }
+                Err(Next::Close(CloseReason::Error))
             }
         }
     }
-    (read_any, drained, eof)
+
+    /// Write the turn's replies: those holding values in place first, then the rest
+    /// through the TLS session (`closing`: after `quit`, with its close_notify) or
+    /// straight from the output. `Err`: the socket failed.
+    #[inline(always)]
+    fn send(&mut self, exec: &Exec<'_>, closing: bool) -> Result<(), ()> {
+        if let Some(splices) = exec.sink.splices.filter(|s| !s.borrow().is_empty()) {
+            self.send_spliced(splices, exec)?;
+        }
+        if self.link.tls.is_some() {
+            self.send_tls(exec.stats, closing)
+        } else {
+            self.write_plain(exec.stats)
+        }
+    }
+
+    /// Large values go in place: one vectored send per socket-full, then what the
+    /// socket did not take is copied and the pins are given back.
+    #[inline(never)]
+    fn send_spliced(&mut self, splices: &RefCell<Splices>, exec: &Exec<'_>) -> Result<(), ()> {
+        let mut splices = splices.borrow_mut();
+        let stream = &mut self.link.socket;
+        let sent = self
+            .link
+            .conn
+            .flush_spliced(&mut splices, &exec.shared.store, |iov| {
+                stream.write_vectored(iov)
+            })
+            .map_err(drop)?;
+        bump(&exec.stats.bytes_written, sent as u64);
+        Ok(())
+    }
+
+    /// Seal the replies into records and send them: one vectored send per
+    /// socket-full, sealing more while the session takes them.
+    fn send_tls(&mut self, stats: &WorkerStats, closing: bool) -> Result<(), ()> {
+        let Some(t) = self.link.tls.as_mut() else {
+            return Ok(());
+        };
+        if closing {
+            t.seal(&mut self.link.conn);
+            t.close_notify();
+        }
+        loop {
+            let sealed = t.seal(&mut self.link.conn);
+            bump(&stats.bytes_written, sealed as u64);
+            t.send(&mut self.link.socket).map_err(drop)?;
+            if t.wants_write() || self.link.conn.output().is_empty() || sealed == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// One write for every reply of this wake-up.
+    #[inline(always)]
+    fn write_plain(&mut self, stats: &WorkerStats) -> Result<(), ()> {
+        let conn = &mut self.link.conn;
+        while !conn.output().is_empty() {
+            match self.link.socket.write(conn.output()) {
+                Ok(n) => {
+                    conn.written(n);
+                    bump(&stats.bytes_written, n as u64);
+                    if !conn.output().is_empty() {
+                        // Partial write: the socket buffer is full.
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return Err(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Register for writable events while replies are `pending`, and only then.
+    #[inline(always)]
+    fn want_write(&mut self, pending: bool, turn: &Turn<'_>) -> io::Result<()> {
+        if pending != self.want_write {
+            let interest = if pending {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            turn.registry
+                .reregister(&mut self.link.socket, Token(turn.slot), interest)?;
+            self.want_write = pending;
+        }
+        Ok(())
+    }
+
+    /// At shutdown: the replies the socket did not take yet, best effort (a TLS
+    /// session's records without waiting, with its close_notify).
+    fn flush_for_shutdown(&mut self) {
+        let conn = &mut self.link.conn;
+        if let Some(t) = self.link.tls.as_mut() {
+            t.seal(conn);
+            t.close_notify();
+            let _ = t.send(&mut self.link.socket);
+        } else if !conn.output().is_empty() {
+            let _ = self
+                .link
+                .socket
+                .write_all_blocking(conn.output(), SHUTDOWN_WRITE_TIMEOUT);
+        }
+    }
+}
+
+/// Read a plain connection's socket into its input, as long as [`receive_round`] says.
+#[inline(always)]
+fn read_plain(stream: &mut Stream, conn: &mut Conn, stats: &WorkerStats) -> Round {
+    receive_round(conn, |conn| {
+        let space = conn.read_space();
+        let offered = space.len();
+        let read = stream.read(space);
+        if let Ok(n @ 1..) = read {
+            conn.filled(n);
+            bump(&stats.bytes_read, n as u64);
+        }
+        Ok(read.map(|n| (n, offered)))
+    })
+    .unwrap_or_else(|never: Infallible| match never {})
 }

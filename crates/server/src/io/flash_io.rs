@@ -208,29 +208,15 @@ impl WorkerReads {
         }
     }
 
-    /// Give the reads finished since the last call to their connections, in the
-    /// backend's slot table `clients` (`parts` gives a client's reads and connection),
-    /// and `resume` each connection whose reads are all done, so that it runs again.
-    pub fn deliver_finished<C>(
-        &self,
-        clients: &mut [Option<C>],
-        parts: impl Fn(&mut C) -> (&mut ConnReads, &mut crate::session::conn::Conn),
-        mut resume: impl FnMut(&mut C, usize),
-    ) {
-        for d in self.lane.take() {
-            let slot = d.slot;
-            if let Some(client) = clients.get_mut(slot).and_then(Option::as_mut) {
-                let (c, conn) = parts(client);
-                if Self::deliver(d, c, conn) {
-                    resume(client, slot);
-                }
-            }
-        }
+    /// The reads finished since the last call, for the backend to give to their
+    /// connections with [`WorkerReads::deliver`] (`Slots::deliver_reads`).
+    pub fn finished(&self) -> Vec<Done> {
+        self.lane.take()
     }
 
     /// Give a finished read to its connection (`c`, `conn`, found in the read's slot);
     /// true when it was that connection's and its last one.
-    fn deliver(d: Done, c: &mut ConnReads, conn: &mut crate::session::conn::Conn) -> bool {
+    pub fn deliver(d: Done, c: &mut ConnReads, conn: &mut crate::session::conn::Conn) -> bool {
         if d.serial != c.serial || c.pending == 0 {
             return false;
         }

@@ -18,6 +18,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -28,6 +29,7 @@ use crate::config::{ListenSpec, Refusal, EX_OSERR};
 use crate::io::epoll::Worker;
 use crate::io::net::{bind_tcp, bind_unix, Listener};
 use crate::io::udp::{bind_udp, UdpEndpoint};
+use crate::io::uring::UringWorker;
 use crate::state::Shared;
 
 /// Resolve `-l` entries (`port` unless the entry names its port) into socket addresses,
@@ -194,58 +196,103 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
     // The flash tier's I/O threads, before the workers that hand them reads.
     super::flash_io::start(&shared, shared.settings.ext_threads)
         .context("starting the flash I/O threads")?;
-    let backend = shared.settings.io_backend;
-    let threads = shared.settings.threads;
     let mut wakers = Vec::new();
-    let mut handles = Vec::new();
+    let mut workers = Vec::new();
     for (id, (listeners, udp)) in per_worker.into_iter().enumerate() {
-        let stats = shared.worker_stats(id).clone();
         let wake = Arc::new(File::from(
             crate::sys::eventfd().context("creating a wake-up eventfd")?,
         ));
         wakers.push(wake.clone());
-        let shared = shared.clone();
-        let pin = shared
-            .settings
-            .pin
-            .then(|| id % crate::sys::available_cpus());
-        handles.push(
-            std::thread::Builder::new()
-                .name(format!("worker-{id}"))
-                .spawn(move || {
-                    crate::session::conn::buffers::attach(stats.clone(), threads);
-                    if let Some(cpu) = pin {
-                        if let Err(e) = crate::sys::pin_current_thread(cpu) {
-                            eprintln!("ferrocache: cannot pin worker {id} to CPU {cpu}: {e}");
-                        }
-                    }
-                    // The ring is created on the thread that uses it (it is
-                    // set up single-issuer).
-                    let (listeners, udp) = if backend == IoBackend::Uring {
-                        match crate::io::uring::UringWorker::new(
-                            listeners,
-                            udp,
-                            shared.clone(),
-                            stats.clone(),
-                            wake.clone(),
-                        ) {
-                            Ok(worker) => return worker.run(),
-                            Err((e, listeners, udp)) => {
-                                eprintln!("ferrocache: worker {id}: io_uring setup failed ({e}); this worker uses epoll");
-                                (listeners, udp)
-                            }
-                        }
-                    } else {
-                        (listeners, udp)
-                    };
-                    match Worker::new(listeners, udp, shared, stats, wake) {
-                        Ok(mut worker) => worker.run(),
-                        Err(e) => eprintln!("ferrocache: worker {id} cannot start: {e:#}"),
-                    }
-                })?,
-        );
+        workers.push(spawn_worker(&shared, id, listeners, udp, wake)?);
     }
+    let background = spawn_background(&shared)?;
 
+    let graceful = wait_for_stop(&shared);
+    shared.shutting_down.store(true, Ordering::SeqCst);
+    for w in &wakers {
+        let _ = (&**w).write(&1u64.to_ne_bytes());
+    }
+    for h in workers {
+        let _ = h.join();
+    }
+    background.join(&shared);
+    if graceful && shared.settings.memory_file.is_some() {
+        // memcached logs a failed save and still exits 0; so does this.
+        if let Err(e) = crate::state::restart::save(&shared) {
+            eprintln!("ferrocache: {e:#}");
+        }
+    }
+    Ok(())
+}
+
+/// Start worker `id` on its thread, serving `listeners` and `udp` and woken through
+/// `wake`: on io_uring when the server runs it and the ring can be set up, else on
+/// epoll.
+fn spawn_worker(
+    shared: &Arc<Shared>,
+    id: usize,
+    listeners: Vec<Listener>,
+    udp: Vec<UdpEndpoint>,
+    wake: Arc<File>,
+) -> Result<JoinHandle<()>> {
+    let shared = shared.clone();
+    let stats = shared.worker_stats(id).clone();
+    let threads = shared.settings.threads;
+    let pin = shared
+        .settings
+        .pin
+        .then(|| id % crate::sys::available_cpus());
+    let worker = move || {
+        crate::session::conn::buffers::attach(stats.clone(), threads);
+        if let Some(cpu) = pin {
+            if let Err(e) = crate::sys::pin_current_thread(cpu) {
+                eprintln!("ferrocache: cannot pin worker {id} to CPU {cpu}: {e}");
+            }
+        }
+        // The ring is created on the thread that uses it (it is set up single-issuer).
+        let (listeners, udp) = if shared.settings.io_backend == IoBackend::Uring {
+            let w = UringWorker::new(listeners, udp, shared.clone(), stats.clone(), wake.clone());
+            match w {
+                Ok(worker) => return worker.run(),
+                Err((e, listeners, udp)) => {
+                    eprintln!(
+                        "ferrocache: worker {id}: io_uring setup failed ({e}); this worker uses epoll"
+                    );
+                    (listeners, udp)
+                }
+            }
+        } else {
+            (listeners, udp)
+        };
+        match Worker::new(listeners, udp, shared, stats, wake) {
+            Ok(mut worker) => worker.run(),
+            Err(e) => eprintln!("ferrocache: worker {id} cannot start: {e:#}"),
+        }
+    };
+    Ok(std::thread::Builder::new()
+        .name(format!("worker-{id}"))
+        .spawn(worker)?)
+}
+
+/// The threads beside the workers that shutdown joins.
+struct Background {
+    maintenance: JoinHandle<()>,
+    crawler: JoinHandle<()>,
+}
+
+impl Background {
+    /// After the workers: the maintenance thread stops by itself, the crawler once
+    /// woken.
+    fn join(self, shared: &Shared) {
+        let _ = self.maintenance.join();
+        shared.crawler.wake_for_shutdown();
+        let _ = self.crawler.join();
+    }
+}
+
+/// Start the maintenance thread, the flash tier's compaction (with a tier), `watch`'s
+/// logger (runs until exit, idle while nobody watches) and the LRU crawler.
+fn spawn_background(shared: &Arc<Shared>) -> Result<Background> {
     let maintenance = {
         let shared = shared.clone();
         std::thread::Builder::new()
@@ -258,7 +305,6 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
             .name("ext-compact".into())
             .spawn(move || flash_loop(&shared))?;
     }
-    // `watch`'s logger thread: runs until exit, idle while nobody watches.
     crate::admin::watch::logger::spawn(shared.watch.clone())?;
     let crawler = {
         let shared = shared.clone();
@@ -273,40 +319,31 @@ pub fn run(shared: Arc<Shared>) -> Result<()> {
                 )
             })?
     };
+    Ok(Background {
+        maintenance,
+        crawler,
+    })
+}
 
+/// Wait for a shutdown signal, reloading on each SIGHUP; returns whether the stop is
+/// graceful. SIGUSR1 (or `shutdown graceful`) is memcached's graceful stop, which it
+/// announces whatever the verbosity; with -e it saves the cache once everything has
+/// stopped. SIGINT and SIGTERM stop it as memcached 1.6.18 stops: "Exiting normally"
+/// under -v, and exit status 0.
+fn wait_for_stop(shared: &Shared) -> bool {
     let sig = loop {
         match crate::sys::wait_for_shutdown_signal() {
-            libc::SIGHUP => reload(&shared),
+            libc::SIGHUP => reload(shared),
             sig => break sig,
         }
     };
-    // SIGUSR1 (or `shutdown graceful`) is memcached's graceful stop, which it announces
-    // whatever the verbosity; with -e it saves the cache once everything has stopped.
-    // SIGINT and SIGTERM stop it as memcached 1.6.18 stops: "Exiting normally" under -v,
-    // and exit status 0.
     let graceful = sig == libc::SIGUSR1;
     if graceful {
         eprintln!("Gracefully stopping");
     } else if shared.settings.verbose > 0 {
         eprintln!("Exiting normally");
     }
-    shared.shutting_down.store(true, Ordering::SeqCst);
-    for w in &wakers {
-        let _ = (&**w).write(&1u64.to_ne_bytes());
-    }
-    for h in handles {
-        let _ = h.join();
-    }
-    let _ = maintenance.join();
-    shared.crawler.wake_for_shutdown();
-    let _ = crawler.join();
-    if graceful && shared.settings.memory_file.is_some() {
-        // memcached logs a failed save and still exits 0; so does this.
-        if let Err(e) = crate::state::restart::save(&shared) {
-            eprintln!("ferrocache: {e:#}");
-        }
-    }
-    Ok(())
+    graceful
 }
 
 /// SIGHUP: read the `-Y` file again, as memcached does, and the TLS certificates (what

@@ -3,7 +3,8 @@
 //! - [`serve`]: start-up, from parsed settings to a running server.
 //! - [`launch`]: the listeners, the worker threads, the signal, maintenance and
 //!   crawler threads. [`epoll`]: a worker on epoll; [`uring`]: the same worker on one
-//!   io_uring (`--io-backend=uring`); [`worker`]: what the two share.
+//!   io_uring (`--io-backend=uring`); [`worker`]: what the two share, a connection's
+//!   whole life but its reads and writes (admission, accept, close, the scans).
 //! - [`net`]: TCP and UNIX listeners and streams; [`udp`]: memcached's UDP framing.
 //! - [`tls`]: one TLS connection's records between its socket and its `Conn`.
 //! - [`flash_io`]: the I/O threads that read flash values for text gets.

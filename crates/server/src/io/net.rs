@@ -16,6 +16,8 @@ use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Interest, Registry, Token};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
+use crate::session::Conn;
+
 /// A listening socket.
 pub enum Listener {
     Tcp(TcpListener),
@@ -28,6 +30,55 @@ pub enum Listener {
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+}
+
+/// What a round of receives got ([`receive_round`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Round {
+    /// Bytes the socket gave.
+    pub bytes: usize,
+    /// The socket was drained: a read came short, or would have blocked.
+    pub drained: bool,
+    /// End of stream, or the socket failed.
+    pub eof: bool,
+}
+
+/// Receive for `conn` until the socket is drained (a short read means it is), its
+/// output is backed up, or much input is already waiting ([`Conn::read_limit`]).
+/// `read` makes one read (into the connection, or elsewhere to feed it) and returns
+/// the socket's answer with how many bytes it offered; an `Err` of its own ends the
+/// round at once.
+#[inline(always)]
+pub(crate) fn receive_round<E>(
+    conn: &mut Conn,
+    mut read: impl FnMut(&mut Conn) -> Result<io::Result<(usize, usize)>, E>,
+) -> Result<Round, E> {
+    let mut round = Round::default();
+    while !conn.output_blocked() && conn.buffered() < conn.read_limit() {
+        match read(conn)? {
+            Ok((0, _)) => {
+                round.eof = true;
+                break;
+            }
+            Ok((n, offered)) => {
+                round.bytes += n;
+                if n < offered {
+                    round.drained = true;
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                round.drained = true;
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => {
+                round.eof = true;
+                break;
+            }
+        }
+    }
+    Ok(round)
 }
 
 /// A non-blocking socket bound to `addr` with `SO_REUSEPORT`, so that every
@@ -121,14 +172,11 @@ pub fn bind_unix(path: &str, mask: u32, backlog: i32) -> Result<UnixListener> {
 }
 
 impl Listener {
-    /// Accept one connection.
+    /// Accept one connection (its options are set where every backend's are, in
+    /// `worker/slots.rs`).
     pub fn accept(&self) -> io::Result<Stream> {
         match self {
-            Listener::Tcp(l) | Listener::Tls(l) => {
-                let (s, _) = l.accept()?;
-                let _ = s.set_nodelay(true);
-                Ok(Stream::Tcp(s))
-            }
+            Listener::Tcp(l) | Listener::Tls(l) => l.accept().map(|(s, _)| Stream::Tcp(s)),
             Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
         }
     }
@@ -197,11 +245,6 @@ impl Stream {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),
         }
-    }
-
-    /// `--busy-poll-us` on this connection.
-    pub fn set_busy_poll(&self, micros: u32) -> io::Result<()> {
-        crate::sys::set_busy_poll(self.raw_fd(), micros)
     }
 
     /// Block (with a timeout) to write everything: used only at shutdown.

@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use rustls::ServerConnection;
 
 use crate::admin::tls::{Sessions, Tls};
+use crate::io::net::receive_round;
 use crate::session::Conn;
 
 /// Seconds a connection may take to finish its handshake; one that takes longer
@@ -229,34 +230,22 @@ impl TlsConn {
         conn: &mut Conn,
         tls: &Tls,
     ) -> Result<Received, Failure> {
-        let mut got = Received::default();
-        while !conn.output_blocked() && conn.buffered() < conn.read_limit() {
-            match src.read(scratch) {
-                Ok(0) => {
-                    got.eof = true;
-                    break;
+        let mut plain = 0;
+        let round = receive_round(conn, |conn| match src.read(scratch) {
+            Ok(n) => {
+                if n > 0 {
+                    plain += self.feed(&scratch[..n], conn, tls)?;
                 }
-                Ok(n) => {
-                    got.bytes += n;
-                    got.plain += self.feed(&scratch[..n], conn, tls)?;
-                    if n < scratch.len() {
-                        got.drained = true;
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    got.drained = true;
-                    break;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    got.eof = true;
-                    break;
-                }
+                Ok(Ok((n, scratch.len())))
             }
-        }
-        got.eof |= self.closed;
-        Ok(got)
+            Err(e) => Ok(Err(e)),
+        })?;
+        Ok(Received {
+            bytes: round.bytes,
+            plain,
+            drained: round.drained,
+            eof: round.eof || self.closed,
+        })
     }
 }
 

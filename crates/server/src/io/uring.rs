@@ -28,7 +28,6 @@
 //! submitted first, so no queued entry can name a descriptor number that
 //! another thread may reuse.
 
-use std::cell::RefCell;
 use std::fs::File;
 use std::io;
 use std::net::Shutdown;
@@ -44,18 +43,15 @@ use crate::admin::watch::CloseReason;
 use crate::config::IoBackend;
 use crate::io::net::Listener;
 use crate::io::spin::AdaptiveSpin;
-use crate::io::tls::{Failure, TlsConn};
+use crate::io::tls::Failure;
 use crate::io::udp::UdpEndpoint;
 use crate::io::worker::{
-    admit, clear_wake, conn_closing, conn_opened, grow_table, listening_line, table_grew,
-    BufferScan, IdleScan, SCAN_PERIOD, SHUTDOWN_WRITE_TIMEOUT, TOO_MANY_CONNECTIONS,
+    accept_failed, clear_wake, Engine, Link, Scans, Slot, Slots, SCAN_PERIOD,
+    SHUTDOWN_WRITE_TIMEOUT,
 };
-use crate::ops::Exec;
-use crate::reply::splice::Splices;
-use crate::session::conn::{buffers, Conn};
 use crate::session::Ahead;
 use crate::state::Shared;
-use crate::stats::latency::{now_ticks, Recorder};
+use crate::stats::latency::now_ticks;
 use crate::stats::{bump, WorkerStats};
 
 mod drive;
@@ -110,12 +106,8 @@ pub fn resolve(requested: IoBackend) -> (IoBackend, Option<String>) {
 
 /// A connection slot owned by one worker.
 struct Client {
-    fd: OwnedFd,
-    conn: Conn,
+    link: Link<OwnedFd>,
     token: u64,
-    /// Its `stats conns` entry, which also holds the server time of the last byte
-    /// received, for `-o idle_timeout`.
-    entry: std::sync::Arc<crate::admin::conns::Entry>,
     /// A multishot receive is armed (its last completion not yet seen).
     recv_armed: bool,
     /// A cancellation of that receive has been queued.
@@ -132,15 +124,35 @@ struct Client {
     broken: bool,
     /// Already in `dirty` for this turn.
     queued: bool,
-    /// The TLS session of a connection accepted on a TLS listener (`-Z`).
-    tls: Option<Box<TlsConn>>,
     /// Its session failed on received bytes; handled when the connection is driven.
     tls_failed: Option<Failure>,
     /// `watch` accepted for these streams: once the receive is cancelled and no send
     /// is in flight, the socket goes to the logger thread.
     watching: Option<u16>,
-    /// Its flash reads in flight and done (`flash_io.rs`).
-    reads: crate::io::flash_io::ConnReads,
+}
+
+impl Slot for Client {
+    type Socket = OwnedFd;
+    /// The slot's generation.
+    type Tag = u32;
+
+    fn next_tag(generation: u32) -> u32 {
+        (generation + 1) & GENERATION_MASK
+    }
+
+    fn link_mut(&mut self) -> &mut Link<OwnedFd> {
+        &mut self.link
+    }
+
+    fn release_idle(&mut self) {
+        // Not while a send holds the send buffer, or part of it is unsent.
+        let Some(out) = self.out.as_mut().filter(|o| self.out_sent >= o.len()) else {
+            return;
+        };
+        if self.link.conn.release_idle(Some(out)) {
+            self.out_sent = 0;
+        }
+    }
 }
 
 impl Client {
@@ -150,7 +162,80 @@ impl Client {
 
     /// Records sealed but not yet handed to a send.
     fn tls_waiting(&self) -> bool {
-        self.tls.as_ref().is_some_and(|t| t.wants_write())
+        self.link.tls.as_ref().is_some_and(|t| t.wants_write())
+    }
+
+    /// memcached's reason for closing a connection its turn gave up: the peer's end
+    /// of stream and `quit` are normal.
+    fn close_reason(&self) -> CloseReason {
+        if self.broken || self.tls_failed.is_some() || !(self.eof || self.close_after_write) {
+            CloseReason::Error
+        } else {
+            CloseReason::Normal
+        }
+    }
+
+    /// A receive completed at server time `now`: the bytes go into the connection,
+    /// through its TLS session if it has one.
+    #[inline(always)]
+    fn received(&mut self, result: io::Result<&[u8]>, now: u32, engine: &Engine) {
+        match result {
+            Ok([]) => self.eof = true,
+            Ok(data) if self.link.tls.is_some() => {
+                self.link.entry.touch(now);
+                self.feed_tls(data, engine);
+            }
+            Ok(mut data) => {
+                bump(&engine.stats.bytes_read, data.len() as u64);
+                self.link.entry.touch(now);
+                while !data.is_empty() {
+                    let space = self.link.conn.read_space();
+                    let n = space.len().min(data.len());
+                    space[..n].copy_from_slice(&data[..n]);
+                    self.link.conn.filled(n);
+                    data = &data[n..];
+                }
+            }
+            // Out of provided buffers, or our own cancellation: the
+            // receive is armed again when the connection can take more.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::ECANCELED)) => {}
+            Err(_) => self.eof = true,
+        }
+    }
+
+    /// Ciphertext received: decrypted into the connection. A failure is handled when
+    /// the connection is driven.
+    fn feed_tls(&mut self, data: &[u8], engine: &Engine) {
+        let Some(t) = self.link.tls.as_mut() else {
+            return;
+        };
+        match engine
+            .shared
+            .tls
+            .as_ref()
+            .map(|ctx| t.feed(data, &mut self.link.conn, ctx))
+        {
+            Some(Ok(plain)) => bump(&engine.stats.bytes_read, plain as u64),
+            Some(Err(failure)) => self.tls_failed = Some(failure),
+            None => self.broken = true,
+        }
+        self.eof |= t.peer_closed();
+    }
+
+    /// A send completed: its buffer comes back.
+    #[inline(always)]
+    fn sent(&mut self, result: io::Result<usize>, buf: Vec<u8>, stats: &WorkerStats) {
+        match result {
+            Ok(n) => {
+                // Over TLS, `bytes_written` counts the plaintext sealed.
+                if self.link.tls.is_none() {
+                    bump(&stats.bytes_written, n as u64);
+                }
+                self.out_sent += n;
+            }
+            Err(_) => self.broken = true,
+        }
+        self.out = Some(buf);
     }
 }
 
@@ -159,11 +244,7 @@ pub struct UringWorker {
     listeners: Vec<Listener>,
     udp: Vec<UdpEndpoint>,
     wake: Arc<File>,
-    clients: Vec<Option<Client>>,
-    /// Generation of each slot, bumped at every close so that completions
-    /// for a closed connection never reach the next one in the slot.
-    generations: Vec<u32>,
-    free: Vec<usize>,
+    slots: Slots<Client>,
     /// Connections to drive after this turn's completions.
     dirty: Vec<usize>,
     /// Sockets accepted this turn, with their listener's index, set up after the
@@ -175,21 +256,13 @@ pub struct UringWorker {
     repoll: Vec<u64>,
     /// `--busy-poll-us`: how long to poll before sleeping.
     spin: Option<AdaptiveSpin>,
-    shared: Arc<Shared>,
-    stats: Arc<WorkerStats>,
+    /// Its requests' latency is timed when their replies are handed to the kernel by
+    /// the next `io_uring_enter`.
+    engine: Engine,
     /// Shutting down: no more requests run, pending replies are sent.
     draining: bool,
-    /// Large get values pinned for the connection being driven (`--zero-copy-min`).
-    splices: Option<RefCell<Splices>>,
-    /// `Exec::splice_min` for this worker's connections.
-    splice_min: usize,
-    /// Flash reads off the worker (`flash_io.rs`), with a flash tier.
-    flash: Option<crate::io::flash_io::WorkerReads>,
     /// Requests parsed ahead, lent to each connection's `process` call.
     ahead: Ahead,
-    /// The requests run and not yet timed (`None` with `--latency-histograms off`):
-    /// their replies are handed to the kernel by the next `io_uring_enter`.
-    latency: Option<Recorder>,
 }
 
 impl UringWorker {
@@ -207,43 +280,74 @@ impl UringWorker {
             Ok(r) => r,
             Err(e) => return Err((e, listeners, udp)),
         };
-        let (splices, splice_min) = Splices::for_worker(&shared.settings, IoBackend::Uring);
-        let latency = shared.settings.latency_histograms.then(Recorder::default);
         Ok(UringWorker {
             ring,
             listeners,
             udp,
-            flash: crate::io::flash_io::WorkerReads::new(wake.clone()),
-            wake,
-            clients: Vec::new(),
-            generations: Vec::new(),
-            free: Vec::new(),
+            slots: Slots::default(),
             dirty: Vec::new(),
             accepted: Vec::new(),
             accept_retry: Vec::new(),
             repoll: Vec::new(),
             spin: AdaptiveSpin::new(shared.settings.busy_poll_us),
-            splices,
-            splice_min,
-            shared,
-            stats,
+            engine: Engine::new(shared, stats, &wake, IoBackend::Uring),
+            wake,
             draining: false,
             ahead: Ahead::default(),
-            latency,
         })
     }
 
+    /// Serve until shutdown; inlined into the worker thread's closure, as the epoll
+    /// worker's `run` is (see there).
+    #[inline]
     pub fn run(mut self) {
-        let now = self.shared.clock.now();
-        for l in &self.listeners {
-            self.shared.conns.listening(l, false, now);
-            listening_line(&self.shared, l, false);
+        self.start();
+        let mut scans = Scans::new(&self.engine.shared);
+        loop {
+            let timeout = if !self.accept_retry.is_empty() {
+                Some(ACCEPT_RETRY)
+            } else {
+                Some(SCAN_PERIOD)
+            };
+            // What this turn queued is handed to the kernel next: its requests' latency
+            // ends here.
+            if let Some(r) = &self.engine.latency {
+                r.flush(&self.engine.stats.latency);
+            }
+            let Ok(slept) = self.wait(timeout) else {
+                return;
+            };
+            if let Some(r) = &self.engine.latency {
+                r.woke(now_ticks());
+            }
+            let incoming = self.reap();
+            self.flash_finished();
+            // Only what came in says whether polling pays: the completions of our own
+            // sends arrive right after they are submitted, whatever the clients do.
+            if let (Some(spin), true) = (&mut self.spin, incoming) {
+                match slept {
+                    None => spin.caught(),
+                    Some(d) => spin.slept(d),
+                }
+            }
+            if self.engine.shared.shutting_down.load(Ordering::Relaxed) {
+                self.shutdown();
+                return;
+            }
+            self.retry_accepts();
+            self.repoll();
+            self.setup_accepted();
+            self.drive_dirty();
+            let (ring, shared, stats) = (&mut self.ring, &self.engine.shared, &self.engine.stats);
+            scans.after_turn(&mut self.slots, shared, stats, |c| detach(ring, shared, c));
         }
-        for u in &self.udp {
-            self.shared.conns.listening(&u.socket, true, now);
-            listening_line(&self.shared, &u.socket, true);
-        }
-        if self.shared.settings.verbose > 1 {
+    }
+
+    /// Announce the listeners, and arm their multishot accepts and the polls of the UDP
+    /// sockets and the wake-up eventfd.
+    fn start(&mut self) {
+        self.engine.announce(&self.listeners, &self.udp);
+        if self.engine.shared.settings.verbose > 1 {
             eprintln!(
                 "ferrocache: io_uring worker ({})",
                 if self.ring.deferred_taskrun() {
@@ -262,72 +366,23 @@ impl UringWorker {
                 .poll_multi(u.socket.as_raw_fd(), UDP_TOKEN | i as u64);
         }
         self.ring.poll_multi(self.wake.as_raw_fd(), WAKE_TOKEN);
-        let mut idle = IdleScan::new(&self.shared);
-        let mut buffer_scan = BufferScan::new(&self.shared);
-        loop {
-            let timeout = if !self.accept_retry.is_empty() {
-                Some(ACCEPT_RETRY)
-            } else {
-                Some(SCAN_PERIOD)
-            };
-            // With `--busy-poll-us N`, up to N µs awake before sleeping, while polling
-            // pays (`spin.rs`, `Ring::spin_for_completion`).
-            // What this turn queued is handed to the kernel next: its requests' latency
-            // ends here.
-            if let Some(r) = &self.latency {
-                r.flush(&self.stats.latency);
-            }
-            let window = self.spin.map_or(Duration::ZERO, |s| s.window());
-            let ready = !window.is_zero() && self.ring.spin_for_completion(window).unwrap_or(false);
-            let mut slept = None;
-            if !ready {
-                let asleep = self.spin.is_some().then(Instant::now);
-                if let Err(e) = self.ring.submit_and_wait(timeout) {
-                    eprintln!("ferrocache: io_uring_enter failed: {e}");
-                    return;
-                }
-                slept = asleep.map(|t| t.elapsed());
-            }
-            if let Some(r) = &self.latency {
-                r.woke(now_ticks());
-            }
-            let incoming = self.reap();
-            self.flash_finished();
-            // Only what came in says whether polling pays: the completions of our own
-            // sends arrive right after they are submitted, whatever the clients do.
-            if let (Some(spin), true) = (&mut self.spin, incoming) {
-                match slept {
-                    None => spin.caught(),
-                    Some(d) => spin.slept(d),
-                }
-            }
-            if self.shared.shutting_down.load(Ordering::Relaxed) {
-                self.shutdown();
-                return;
-            }
-            self.retry_accepts();
-            self.repoll();
-            self.setup_accepted();
-            self.drive_dirty();
-            for idx in idle.due(&self.shared, &self.clients, |c| c.entry.last_input()) {
-                bump(&self.stats.idle_kicks, 1);
-                self.close(idx, CloseReason::IdleTimeout);
-            }
-            if let Some(now) = buffer_scan.due(&self.shared) {
-                for c in self.clients.iter_mut().flatten() {
-                    // Not while a send holds the send buffer, or part of it is unsent.
-                    let Some(out) = c.out.as_mut().filter(|o| c.out_sent >= o.len()) else {
-                        continue;
-                    };
-                    if BufferScan::idle(now, c.entry.last_input()) && c.conn.release_idle(Some(out))
-                    {
-                        c.out_sent = 0;
-                    }
-                }
-                buffers::publish();
-                self.expire_handshakes(now);
-            }
+    }
+
+    /// Submit what this turn queued and wait for completions, for at most `timeout`.
+    /// With `--busy-poll-us N`, up to N µs awake before sleeping, while polling pays
+    /// (`spin.rs`, `Ring::spin_for_completion`). Returns how long it slept (`None`:
+    /// not at all, or not timed without busy polling); `Err` when the ring failed.
+    fn wait(&mut self, timeout: Option<Duration>) -> Result<Option<Duration>, ()> {
+        let window = self.spin.map_or(Duration::ZERO, |s| s.window());
+        if !window.is_zero() && self.ring.spin_for_completion(window).unwrap_or(false) {
+            return Ok(None);
         }
+        let asleep = self.spin.is_some().then(Instant::now);
+        if let Err(e) = self.ring.submit_and_wait(timeout) {
+            eprintln!("ferrocache: io_uring_enter failed: {e}");
+            return Err(());
+        }
+        Ok(asleep.map(|t| t.elapsed()))
     }
 
     /// Handle every completion available. True when one of them brought something in
@@ -339,18 +394,15 @@ impl UringWorker {
             ring,
             udp,
             wake,
-            clients,
-            generations,
+            slots,
             dirty,
             accepted,
             accept_retry,
             repoll,
-            shared,
-            stats,
-            latency,
+            engine,
             ..
         } = self;
-        let now = shared.clock.now();
+        let now = engine.shared.clock.now();
         ring.reap(|event| {
             incoming |= !matches!(event, Event::Sent { .. });
             match event {
@@ -362,7 +414,7 @@ impl UringWorker {
                     let i = (token & !LISTENER_TOKEN) as usize;
                     match result {
                         Ok(fd) => accepted.push((fd, i)),
-                        Err(e) => super::worker::accept_failed(shared, stats, &e),
+                        Err(e) => accept_failed(&engine.shared, &engine.stats, &e),
                     }
                     if !more {
                         accept_retry.push((i, Instant::now() + ACCEPT_RETRY));
@@ -373,73 +425,20 @@ impl UringWorker {
                     result,
                     more,
                 } => {
-                    let Some(idx) = lookup(generations, clients, token) else {
-                        return;
-                    };
-                    let Some(c) = clients[idx].as_mut() else {
-                        return;
-                    };
-                    match result {
-                        Ok([]) => c.eof = true,
-                        Ok(data) if c.tls.is_some() => {
-                            c.entry.touch(now);
-                            let t = c.tls.as_mut().expect("checked");
-                            match shared
-                                .tls
-                                .as_ref()
-                                .map(|ctx| t.feed(data, &mut c.conn, ctx))
-                            {
-                                Some(Ok(plain)) => bump(&stats.bytes_read, plain as u64),
-                                Some(Err(failure)) => c.tls_failed = Some(failure),
-                                None => c.broken = true,
-                            }
-                            c.eof |= t.peer_closed();
+                    if let Some((idx, c)) = client_of(slots, token) {
+                        c.received(result, now, engine);
+                        if !more {
+                            c.recv_armed = false;
+                            c.cancelling = false;
                         }
-                        Ok(mut data) => {
-                            bump(&stats.bytes_read, data.len() as u64);
-                            c.entry.touch(now);
-                            while !data.is_empty() {
-                                let space = c.conn.read_space();
-                                let n = space.len().min(data.len());
-                                space[..n].copy_from_slice(&data[..n]);
-                                c.conn.filled(n);
-                                data = &data[n..];
-                            }
-                        }
-                        // Out of provided buffers, or our own cancellation: the
-                        // receive is armed again when the connection can take more.
-                        Err(e)
-                            if matches!(
-                                e.raw_os_error(),
-                                Some(libc::ENOBUFS | libc::ECANCELED)
-                            ) => {}
-                        Err(_) => c.eof = true,
+                        mark(dirty, c, idx);
                     }
-                    if !more {
-                        c.recv_armed = false;
-                        c.cancelling = false;
-                    }
-                    mark(dirty, c, idx);
                 }
                 Event::Sent { token, result, buf } => {
-                    let Some(idx) = lookup(generations, clients, token) else {
-                        return;
-                    };
-                    let Some(c) = clients[idx].as_mut() else {
-                        return;
-                    };
-                    match result {
-                        Ok(n) => {
-                            // Over TLS, `bytes_written` counts the plaintext sealed.
-                            if c.tls.is_none() {
-                                bump(&stats.bytes_written, n as u64);
-                            }
-                            c.out_sent += n;
-                        }
-                        Err(_) => c.broken = true,
+                    if let Some((idx, c)) = client_of(slots, token) {
+                        c.sent(result, buf, &engine.stats);
+                        mark(dirty, c, idx);
                     }
-                    c.out = Some(buf);
-                    mark(dirty, c, idx);
                 }
                 Event::Ready { token, more, .. } => {
                     if !more {
@@ -450,20 +449,8 @@ impl UringWorker {
                     if token == WAKE_TOKEN {
                         clear_wake(wake);
                     } else if token & UDP_TOKEN != 0 {
-                        let exec = Exec {
-                            shared,
-                            stats,
-                            sink: crate::reply::Sink {
-                                message_ends: None,
-                                splices: None,
-                                splice_min: usize::MAX,
-                                fd: -1,
-                                flash: None,
-                            },
-                            latency: latency.as_ref(),
-                        };
                         if let Some(u) = udp.get_mut((token & !UDP_TOKEN) as usize) {
-                            u.serve(&exec);
+                            u.serve(&engine.exec_udp());
                         }
                     }
                 }
@@ -504,91 +491,50 @@ impl UringWorker {
         }
     }
 
+    /// Open the sockets accepted this turn, each with its multishot receive armed.
     fn setup_accepted(&mut self) {
         for (fd, listener) in std::mem::take(&mut self.accepted) {
-            let sock = SockRef::from(&fd);
-            if !admit(&self.shared, &self.stats) {
-                let _ = sock.send(TOO_MANY_CONNECTIONS);
-                continue;
-            }
-            // Not a TCP socket with -s: nothing to do there.
-            let _ = sock.set_nodelay(true);
-            if self.shared.settings.busy_poll_us > 0 {
-                if let Err(e) =
-                    crate::sys::set_busy_poll(fd.as_raw_fd(), self.shared.settings.busy_poll_us)
-                {
-                    if self.shared.settings.verbose > 0 {
-                        eprintln!("ferrocache: SO_BUSY_POLL refused: {e}");
-                    }
-                }
-            }
-            let idx = self.free.pop().unwrap_or_else(|| {
-                if grow_table(&mut self.clients, &mut self.free) {
-                    self.generations
-                        .reserve_exact(self.clients.capacity() - self.generations.len());
-                }
-                self.clients.push(None);
-                self.generations.push(0);
-                let side = self.free.capacity() * 8 + self.generations.capacity() * 4;
-                table_grew(&self.stats, &self.clients, side);
-                self.clients.len() - 1
-            });
-            let now = self.shared.clock.now();
-            let tls = match (&self.shared.tls, self.listeners.get(listener)) {
-                (Some(t), Some(l)) if l.is_tls() => match TlsConn::new(t, now) {
-                    Ok(session) => Some(session),
-                    Err(_) => {
-                        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-                        self.free.push(idx);
-                        continue;
-                    }
-                },
-                _ => None,
-            };
-            let token = u64::from(self.generations[idx]) << SLOT_BITS | idx as u64;
-            self.ring.recv_multi(fd.as_raw_fd(), token);
-            let entry = self.shared.conns.accepted(&fd, now);
-            conn_opened(&self.shared, &fd);
-            let mut conn = Conn::new();
-            conn.set_fd(fd.as_raw_fd());
-            self.clients[idx] = Some(Client {
+            let ring = &mut self.ring;
+            self.slots.open(
+                &self.engine,
                 fd,
-                conn,
-                token,
-                entry,
-                recv_armed: true,
-                cancelling: false,
-                out: Some(Vec::new()),
-                out_sent: 0,
-                eof: false,
-                close_after_write: false,
-                broken: false,
-                queued: false,
-                tls,
-                tls_failed: None,
-                watching: None,
-                reads: self.flash.as_ref().map(|f| f.conn()).unwrap_or_default(),
-            });
+                self.listeners.get(listener).is_some_and(Listener::is_tls),
+                |fd, idx, generation| {
+                    let token = u64::from(generation) << SLOT_BITS | idx as u64;
+                    ring.recv_multi(fd.as_raw_fd(), token);
+                    Some(token)
+                },
+                |link, token| Client {
+                    link,
+                    token,
+                    recv_armed: true,
+                    cancelling: false,
+                    out: Some(Vec::new()),
+                    out_sent: 0,
+                    eof: false,
+                    close_after_write: false,
+                    broken: false,
+                    queued: false,
+                    tls_failed: None,
+                    watching: None,
+                },
+            );
         }
     }
 
     /// Hand finished flash reads to their connections, and queue those whose reads are
     /// all done to run this turn.
     fn flash_finished(&mut self) {
-        if let Some(f) = &self.flash {
+        if let Some(f) = &self.engine.flash {
             let dirty = &mut self.dirty;
-            f.deliver_finished(
-                &mut self.clients,
-                |c| (&mut c.reads, &mut c.conn),
-                |c, slot| mark(dirty, c, slot),
-            );
+            self.slots.deliver_reads(f, |c, slot| mark(dirty, c, slot));
         }
     }
 
     fn drive_dirty(&mut self) {
         let mut dirty = std::mem::take(&mut self.dirty);
         for &idx in &dirty {
-            if let Some(c) = self.clients[idx].as_mut() {
+            if let Some(c) = self.slots.get_mut(idx) {
                 c.queued = false;
             }
             self.drive(idx);
@@ -603,108 +549,36 @@ impl UringWorker {
     /// Run what the connection has received, send its replies, and adjust
     /// its receive to how much it holds.
     fn drive(&mut self, idx: usize) {
-        let Some(c) = self.clients.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(c) = self.slots.get_mut(idx) else {
             return;
         };
-        // Values go through the TLS session, never in place from the store.
-        let in_place = c.tls.is_none();
-        let exec = Exec {
-            shared: &self.shared,
-            stats: &self.stats,
-            sink: crate::reply::Sink {
-                message_ends: None,
-                splices: self.splices.as_ref().filter(|_| in_place),
-                splice_min: if in_place {
-                    self.splice_min
-                } else {
-                    usize::MAX
-                },
-                fd: c.fd.as_raw_fd(),
-                flash: self.flash.as_ref().map(|f| &f.reads),
-            },
-            latency: self.latency.as_ref(),
-        };
-        if let Some(f) = &self.flash {
-            f.begin(&mut c.reads);
-        }
+        let exec = self
+            .engine
+            .exec(c.link.socket.as_raw_fd(), c.link.tls.is_some());
+        let flash = self.engine.flash.as_ref();
+        c.link.lend_reads(flash);
         let open = drive_client(&mut self.ring, &exec, &mut self.ahead, c, self.draining);
-        if let Some(f) = &self.flash {
-            f.end(idx, &mut c.reads, &mut c.conn);
-        }
+        c.link.start_reads(flash, idx);
         if !open {
-            // memcached's reasons: the peer's end of stream and `quit` are normal.
-            let reason = if c.broken || c.tls_failed.is_some() || !(c.eof || c.close_after_write) {
-                CloseReason::Error
-            } else {
-                CloseReason::Normal
-            };
+            let reason = c.close_reason();
             self.close(idx, reason);
             return;
         }
         if let Some(streams) = c.watching {
             if !c.recv_armed && !c.send_in_flight() && !self.draining {
-                self.hand_to_logger(idx, streams);
+                // Its multishot receive was cancelled and its last send completed
+                // first, so no completion of this ring names the socket any more.
+                let shared = &self.engine.shared;
+                self.slots
+                    .hand_to_logger(idx, shared, streams, |_| {}, |c| c.link.socket);
             }
         }
-    }
-
-    /// `watch`: the connection leaves this worker for the logger thread, which owns
-    /// its socket from now on (memcached's `event_del` and `logger_add_watcher`). Its
-    /// multishot receive was cancelled and its last send completed first, so no
-    /// completion of this ring names the socket any more. The worker keeps no part of
-    /// it, so no watcher can slow it down; the logger writes to it without blocking
-    /// and drops it when it closes. It counts as closed here (`curr_connections`,
-    /// `stats conns`).
-    fn hand_to_logger(&mut self, idx: usize, streams: u16) {
-        let Some(c) = self.clients[idx].take() else {
-            return;
-        };
-        self.shared.conns.closed(c.fd.as_raw_fd());
-        self.generations[idx] = (self.generations[idx] + 1) & GENERATION_MASK;
-        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-        self.free.push(idx);
-        self.shared.watch.attach(c.fd, streams);
     }
 
     fn close(&mut self, idx: usize, reason: CloseReason) {
-        let Some(c) = self.clients[idx].take() else {
-            return;
-        };
-        if c.watching.is_some() {
-            // Promised a watcher slot it never took.
-            self.shared.watch.release();
-        }
-        conn_closing(&self.shared, &c.fd, reason);
-        // Entries already queued may name this descriptor: they go to the
-        // kernel before the number can be reused.
-        let _ = self.ring.submit();
-        // Ends the multishot receive (and any send) still holding the socket.
-        let _ = SockRef::from(&c.fd).shutdown(Shutdown::Both);
-        self.shared.conns.closed(c.fd.as_raw_fd());
-        drop(c.fd);
-        self.generations[idx] = (self.generations[idx] + 1) & GENERATION_MASK;
-        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-        self.free.push(idx);
-    }
-
-    /// Close the connections whose TLS handshake ran out of time.
-    fn expire_handshakes(&mut self, now: u32) {
-        let Some(tls) = &self.shared.tls else {
-            return;
-        };
-        let mut expired = Vec::new();
-        for (idx, c) in self.clients.iter().enumerate() {
-            if c.as_ref()
-                .and_then(|c| c.tls.as_ref())
-                .is_some_and(|t| t.handshake_expired(now))
-            {
-                tls.handshake_errors.fetch_add(1, Ordering::Relaxed);
-                expired.push(idx);
-            }
-        }
-        for idx in expired {
-            self.close(idx, CloseReason::Error);
-        }
+        let (ring, shared) = (&mut self.ring, &self.engine.shared);
+        self.slots
+            .close(idx, shared, reason, |c| detach(ring, shared, c));
     }
 
     /// Stop accepting, send every client its pending replies (waiting at
@@ -717,12 +591,12 @@ impl UringWorker {
         }
         let deadline = Instant::now() + SHUTDOWN_WRITE_TIMEOUT;
         loop {
-            for idx in 0..self.clients.len() {
+            for idx in 0..self.slots.len() {
                 self.drive(idx);
             }
-            let pending = self.clients.iter().flatten().any(|c| {
+            let pending = self.slots.iter().any(|c| {
                 c.send_in_flight()
-                    || !c.conn.output().is_empty()
+                    || !c.link.conn.output().is_empty()
                     || c.tls_waiting()
                     || c.out.as_ref().is_some_and(|o| c.out_sent < o.len())
             });
@@ -738,12 +612,24 @@ impl UringWorker {
             }
             self.reap();
         }
-        for idx in 0..self.clients.len() {
+        for idx in 0..self.slots.len() {
             self.close(idx, CloseReason::Shutdown);
         }
         // Sockets accepted in the last turn were never served.
         self.accepted.clear();
     }
+}
+
+/// Before a connection closes: give back the watcher slot it was promised and never
+/// took; hand the kernel the entries already queued, which may name its descriptor,
+/// before the number can be reused; and end the multishot receive (and any send) still
+/// holding the socket.
+fn detach(ring: &mut Ring, shared: &Shared, c: &mut Client) {
+    if c.watching.is_some() {
+        shared.watch.release();
+    }
+    let _ = ring.submit();
+    let _ = SockRef::from(&c.link.socket).shutdown(Shutdown::Both);
 }
 
 fn mark(dirty: &mut Vec<usize>, c: &mut Client, idx: usize) {
@@ -753,11 +639,14 @@ fn mark(dirty: &mut Vec<usize>, c: &mut Client, idx: usize) {
     }
 }
 
-fn lookup(generations: &[u32], clients: &[Option<Client>], token: u64) -> Option<usize> {
+/// The connection a completion's `token` names, with its slot: `None` for another
+/// kind of token, or for a connection closed since (its slot's generation moved on).
+#[inline(always)]
+fn client_of(slots: &mut Slots<Client>, token: u64) -> Option<(usize, &mut Client)> {
     if token & (LISTENER_TOKEN | UDP_TOKEN | WAKE_TOKEN) != 0 {
         return None;
     }
     let idx = (token & ((1 << SLOT_BITS) - 1)) as usize;
     let generation = (token >> SLOT_BITS) as u32;
-    (generations.get(idx) == Some(&generation) && clients[idx].is_some()).then_some(idx)
+    slots.get_tagged(idx, generation).map(|c| (idx, c))
 }

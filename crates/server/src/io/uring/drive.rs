@@ -7,6 +7,7 @@ use ring::Ring;
 
 use super::{send_spliced, start_send, Client};
 use crate::io::tls::Failure;
+use crate::io::worker::release_splices;
 use crate::ops::Exec;
 use crate::session::conn::Status;
 use crate::session::Ahead;
@@ -46,22 +47,20 @@ pub(super) fn drive_client(
             }
             // A short send: the rest goes first.
             let out = c.out.take().expect("checked");
-            ring.send(c.fd.as_raw_fd(), c.token, out, c.out_sent);
+            ring.send(c.link.socket.as_raw_fd(), c.token, out, c.out_sent);
         }
     }
     if draining || c.close_after_write {
         start_send(ring, c, exec.stats);
     } else {
         loop {
-            let status = c.conn.process(exec, ahead);
+            let status = c.link.conn.process(exec, ahead);
             if status == Status::Close {
-                if let Some(splices) = exec.sink.splices {
-                    splices.borrow_mut().release(&exec.shared.store);
-                }
+                release_splices(exec);
                 return false;
             }
             if let Status::Watch { streams } = status {
-                if c.tls.is_none() {
+                if c.link.may_watch(exec.shared) {
                     c.watching = Some(streams);
                     if c.recv_armed && !c.cancelling {
                         ring.cancel_recv(c.token);
@@ -69,52 +68,47 @@ pub(super) fn drive_client(
                     }
                     return true;
                 }
-                // The logger writes plain sockets only: a TLS connection is refused
-                // and stays an ordinary connection.
-                exec.shared.watch.release();
-                c.conn
-                    .refuse_watch(b"ERROR watch is not supported over TLS\r\n");
             }
             let Some(sent) = send_spliced(exec, c) else {
                 return false;
             };
             if status == Status::CloseAfterWrite {
                 c.close_after_write = true;
-                if let Some(t) = c.tls.as_mut() {
-                    bump(&exec.stats.bytes_written, t.seal(&mut c.conn) as u64);
+                if let Some(t) = c.link.tls.as_mut() {
+                    bump(&exec.stats.bytes_written, t.seal(&mut c.link.conn) as u64);
                     t.close_notify();
                 }
             }
             let moved = start_send(ring, c, exec.stats) || sent;
             // Replies moved to the send buffer: requests held back by the
             // output high-water mark can run now.
-            if !(moved && c.conn.stalled_on_output()) {
+            if !(moved && c.link.conn.stalled_on_output()) {
                 break;
             }
         }
     }
-    let idle_output = !c.send_in_flight() && c.conn.output().is_empty() && !c.tls_waiting();
+    let idle_output = !c.send_in_flight() && c.link.conn.output().is_empty() && !c.tls_waiting();
     if idle_output && (c.eof || c.close_after_write) {
         return false;
     }
     if c.eof || c.close_after_write || draining {
         return true;
     }
-    let full = c.conn.buffered() >= c.conn.read_limit() || c.conn.output_blocked();
+    let full = c.link.conn.buffered() >= c.link.conn.read_limit() || c.link.conn.output_blocked();
     if full {
         if c.recv_armed && !c.cancelling {
             ring.cancel_recv(c.token);
             c.cancelling = true;
         }
     } else if !c.recv_armed {
-        ring.recv_multi(c.fd.as_raw_fd(), c.token);
+        ring.recv_multi(c.link.socket.as_raw_fd(), c.token);
         c.recv_armed = true;
     }
     if idle_output {
         if let Some(out) = &mut c.out {
             // Counted and given back with the connection's buffers (`buffers.rs`);
             // with half a request buffered, only counted.
-            c.conn.shrink_idle_with(out);
+            c.link.conn.shrink_idle_with(out);
         }
     }
     true

@@ -26,11 +26,12 @@ pub(super) fn send_spliced(exec: &Exec<'_>, c: &mut Client) -> Option<bool> {
     let store = &exec.shared.store;
     let idle = c.out.as_ref().is_some_and(|o| c.out_sent >= o.len());
     if !idle {
-        c.conn.materialize(&mut splices, store);
+        c.link.conn.materialize(&mut splices, store);
         return Some(false);
     }
-    let fd = c.fd.as_raw_fd();
+    let fd = c.link.socket.as_raw_fd();
     let n = c
+        .link
         .conn
         .flush_spliced(&mut splices, store, |iov| {
             crate::sys::send_vectored(fd, iov)
@@ -44,10 +45,10 @@ pub(super) fn send_spliced(exec: &Exec<'_>, c: &mut Client) -> Option<bool> {
 /// and send them, unless a send is already in flight. Returns whether
 /// replies were moved.
 pub(super) fn start_send(ring: &mut Ring, c: &mut Client, stats: &WorkerStats) -> bool {
-    if c.tls.is_some() {
+    if c.link.tls.is_some() {
         return start_send_tls(ring, c, stats);
     }
-    if c.conn.output().is_empty() {
+    if c.link.conn.output().is_empty() {
         return false;
     }
     let Some(mut out) = c.out.take() else {
@@ -58,9 +59,9 @@ pub(super) fn start_send(ring: &mut Ring, c: &mut Client, stats: &WorkerStats) -
         c.out = Some(out);
         return false;
     }
-    c.conn.take_output(&mut out);
+    c.link.conn.take_output(&mut out);
     c.out_sent = 0;
-    ring.send(c.fd.as_raw_fd(), c.token, out, 0);
+    ring.send(c.link.socket.as_raw_fd(), c.token, out, 0);
     true
 }
 
@@ -68,10 +69,10 @@ pub(super) fn start_send(ring: &mut Ring, c: &mut Client, stats: &WorkerStats) -
 /// alerts wait there too), and send every waiting record from the send buffer,
 /// unless a send is in flight. Returns whether replies were sealed.
 fn start_send_tls(ring: &mut Ring, c: &mut Client, stats: &WorkerStats) -> bool {
-    let Some(t) = c.tls.as_mut() else {
+    let Some(t) = c.link.tls.as_mut() else {
         return false;
     };
-    let sealed = t.seal(&mut c.conn);
+    let sealed = t.seal(&mut c.link.conn);
     bump(&stats.bytes_written, sealed as u64);
     if !t.wants_write() {
         return sealed > 0;
@@ -87,6 +88,6 @@ fn start_send_tls(ring: &mut Ring, c: &mut Client, stats: &WorkerStats) -> bool 
     out.clear();
     t.take_ciphertext(&mut out);
     c.out_sent = 0;
-    ring.send(c.fd.as_raw_fd(), c.token, out, 0);
+    ring.send(c.link.socket.as_raw_fd(), c.token, out, 0);
     true
 }
